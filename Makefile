@@ -1,0 +1,44 @@
+# Everything goes through `make setup`: system packages + the virtualenv at .venv/. All targets are idempotent.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+APT_PKGS := mininet iproute2 iptables nftables ethtool iputils-ping tcpdump tshark iperf3 procps psmisc kmod
+PYTEST_ARGS ?=
+NETEM_VM := ../shared/tools/run-in-netem-vm.sh
+
+.PHONY: setup system venv test test-unit test-netem demo bench clean-labs
+setup: system venv
+
+system:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+test: setup
+	$(PY) -m pytest -m "not netem" $(PYTEST_ARGS) tests
+
+test-unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# The netem rendering can only be proven on a kernel that has sch_netem: boot one in a throwaway VM.
+test-netem: setup
+	$(NETEM_VM) --setup
+	$(NETEM_VM) --timeout 300 -- $(PY) -m pytest -p no:cacheprovider -m netem -x -q tests/integration/test_netem.py
+
+demo: setup
+	$(VENV)/bin/orchestrator demo
+
+bench: setup
+	$(PY) benchmarks/bench_up.py
+
+clean-labs: venv
+	$(VENV)/bin/orchestrator teardown --all

@@ -1,0 +1,115 @@
+"""Named network namespaces, driven in batches: one `ip -batch` / `tc -batch` per namespace, never one process
+per route or qdisc. Every command is an argument list; batch input goes through stdin."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pyroute2 import netns as pyr_netns
+
+from orchestrator.errors import BackendError
+
+NETNS_DIR = Path("/run/netns")
+
+
+def run_checked(argv: list[str], stdin: str | None = None, what: str | None = None) -> str:
+    r = subprocess.run(argv, input=stdin, capture_output=True, text=True)
+    if r.returncode != 0:
+        detail = r.stderr.strip() or r.stdout.strip() or f"exit {r.returncode}"
+        raise BackendError(f"{what or argv[0]} failed: {' '.join(argv[:6])}{' ...' if len(argv) > 6 else ''}: "
+                           f"{detail}")
+    return r.stdout
+
+
+def ip_batch(lines: list[str], ns: str | None = None, force: bool = False, tool: str = "ip") -> None:
+    """Run `ip|tc [-n NS] [-force] -batch -` with `lines`; raise with the failing line on error."""
+    if not lines:
+        return
+    argv = [tool] + (["-n", ns] if ns else []) + (["-force"] if force else []) + ["-batch", "-"]
+    r = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if r.returncode != 0 and not force:
+        raise BackendError(f"{tool} -batch{' in ' + ns if ns else ''} failed: {r.stderr.strip()}")
+
+
+def iptables_restore(ns: str, text: str) -> None:
+    run_checked(["ip", "netns", "exec", ns, "iptables-restore", "--noflush", "-w"], stdin=text,
+                what=f"iptables-restore in {ns}")
+
+
+def write_sysctls(ns: str, values: dict[str, str]) -> None:
+    """Write /proc/sys entries inside namespace `ns` (setns in this thread, then back)."""
+    pyr_netns.pushns(ns)
+    try:
+        for key, value in values.items():
+            with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
+                f.write(value)
+    finally:
+        pyr_netns.popns()
+
+
+def parallel(fn, items: Iterable, workers: int = 4, on_done=None) -> None:
+    """Apply `fn` to every item with a few threads (each spawns a process); first error wins."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for _ in pool.map(lambda it: (fn(it), on_done and on_done()), items):
+            pass
+
+
+def existing(namespaces: Iterable[str]) -> list[str]:
+    return [ns for ns in namespaces if (NETNS_DIR / ns).exists()]
+
+
+def pids_in(namespaces: Iterable[str]) -> list[int]:
+    """Processes whose network namespace is one of `namespaces` (by inode; one pass over /proc)."""
+    inodes = set()
+    for ns in namespaces:
+        try:
+            inodes.add(os.stat(NETNS_DIR / ns).st_ino)
+        except OSError:
+            pass
+    if not inodes:
+        return []
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry.name}/ns/net").st_ino in inodes:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_and_wait(pids: list[int], timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL `pids` and wait until they are gone; return those still alive after `timeout_s`."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if Path(f"/proc/{p}").exists() and not _is_zombie(p)]
+        if alive:
+            time.sleep(0.02)
+    return alive
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def delete_namespaces(namespaces: list[str]) -> None:
+    ip_batch([f"netns del {ns}" for ns in existing(namespaces)], force=True)
+    left = existing(namespaces)
+    if left:
+        raise BackendError(f"could not delete {len(left)} namespaces, e.g. {left[0]}")

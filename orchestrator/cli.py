@@ -1,0 +1,208 @@
+"""The command line. The only place that formats errors and draws progress (the core emits events)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator import lab as labmod
+from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.graph import draw_png, to_dot
+from orchestrator.plan import build_plan
+from orchestrator.spec import load_experiment
+from orchestrator.state import list_labs, load_state
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Emulation testbed for gossip and reliable-multicast protocols: build a shaped tree "
+                       "network, run protocol experiments on it, tear it down.")
+err = Console(stderr=True)
+out = Console()
+_debug = False
+
+
+class BarProgress:
+    """Draws the core's progress events as rich progress bars (on stderr, so --json stays clean)."""
+
+    def __init__(self, console: Console):
+        self.bar = RichBar(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), console=console, transient=False)
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def start(self, step: str, total: int) -> None:
+        self.tasks[step] = self.bar.add_task(step, total=total)
+
+    def advance(self, step: str, n: int = 1) -> None:
+        self.bar.advance(self.tasks[step], n)
+
+    def note(self, message: str) -> None:
+        self.bar.console.print(message, style="yellow" if message.startswith("WARNING") else None)
+
+
+def _parse_sets(sets: list[str] | None) -> dict[str, str]:
+    variables = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise SpecError(f"--set {item!r}: expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        variables[k] = v
+    return variables
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
+    global _debug
+    _debug = debug
+
+
+@app.command()
+def up(
+    experiment: Path = typer.Argument(..., help="Experiment file (YAML, optionally Jinja2-templated)."),
+    backend: str = typer.Option("mininet", help="mininet (default)."),
+    name: Optional[str] = typer.Option(None, help="Lab name (default: the experiment's name or file stem)."),
+    shaper: str = typer.Option("auto", help="auto|netem|tbf: auto takes netem when the kernel has it."),
+    strict_shaping: bool = typer.Option(False, "--strict-shaping",
+                                        help="Refuse to build when the shaper cannot emulate every parameter."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+) -> None:
+    """Build the experiment's network and leave it running."""
+    prep = labmod.prepare(experiment, name, _parse_sets(set_))
+    t0 = time.monotonic()
+    with BarProgress(err) as progress:
+        state = labmod.up(prep, backend, shaper, strict_shaping, str(experiment), progress)
+    members = len(prep.plan.members)
+    err.print(f"lab [bold]{state.lab}[/] is up: {len(prep.plan.nodes)} nodes ({members} members), "
+              f"{len(prep.plan.links)} links, shaper {state.shaper}, {time.monotonic() - t0:.1f} s")
+    out.print(state.lab)
+
+
+@app.command()
+def status(
+    name: Optional[str] = typer.Argument(None, help="Lab name; without it, list the labs."),
+    json_: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Show the labs, or one lab's nodes, links, shaping and kernel capabilities."""
+    if name is None:
+        labs = [labmod.status(lab) for lab in list_labs()]
+        if json_:
+            out.print_json(json.dumps([{k: s[k] for k in ("lab", "backend", "status", "shaper")} | {
+                "nodes": len(s["nodes"]), "health": s["health"]} for s in labs]))
+            return
+        if not labs:
+            out.print("no labs are up")
+        for s in labs:
+            out.print(f"{s['lab']}: {s['status']}, {s['backend']}, {len(s['nodes'])} nodes, shaper {s['shaper']}"
+                      + (f", PROBLEMS: {'; '.join(s['health'])}" if s["health"] else ""))
+        return
+    s = labmod.status(name)
+    if json_:
+        out.print_json(json.dumps(s))
+        return
+    caps = s["capabilities"]
+    out.print(f"[bold]{s['lab']}[/] ({s['backend']}, {s['status']}) from {s['experiment']}")
+    out.print(f"kernel {caps.get('kernel')}: netem={caps.get('netem')} tbf={caps.get('tbf')} "
+              f"nfqueue={caps.get('nfqueue')} statistic={caps.get('statistic')}; shaper: [bold]{s['shaper']}[/]")
+    for w in s["warnings"]:
+        out.print(f"[yellow]WARNING: {w}[/]")
+    for h in s["health"]:
+        out.print(f"[red]PROBLEM: {h}[/]")
+    members = [n for n in s["nodes"] if n["role"] == "member"]
+    out.print(f"{len(s['nodes'])} nodes: {len(members)} members, {len(s['nodes']) - len(members)} routers")
+    table = Table("node", "role", "address", "parent")
+    for n in s["nodes"][:50]:
+        table.add_row(n["name"], n["role"], n["address"], n["parent"] or "-")
+    out.print(table)
+    if len(s["nodes"]) > 50:
+        out.print(f"... {len(s['nodes']) - 50} more (--json lists all)")
+    lt = Table("link", "direction", "rate kbit/s", "delay ms", "jitter ms", "loss", "queue")
+    for lk in s["links"][:30]:
+        for d in ("down", "up"):
+            p = lk[d]
+            lt.add_row(lk["id"], d, "cut" if p["cut"] else str(p["rate_kbit"] or "-"), f"{p['delay_ms']:g}",
+                       f"{p['jitter_ms']:g}", f"{p['loss'] * 100:g}%", str(p["queue"] or "-"))
+    out.print(lt)
+    if len(s["links"]) > 30:
+        out.print(f"... {len(s['links']) - 30} more links (--json lists all)")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def exec(  # noqa: A001 - the command is called exec
+    name: str = typer.Argument(..., help="Lab name."),
+    node: str = typer.Argument(..., help="Node name (e.g. h3)."),
+    argv: List[str] = typer.Argument(..., help="Command after `--`; a word equal to a node name becomes its address."),
+) -> None:
+    """Run a command inside a node, like Mininet's `h1 ping h2`."""
+    state = load_state(name)
+    plan = state.load_plan()
+    names = {n.name: n.address for n in plan.nodes}
+    argv = [names.get(a, a) for a in argv]
+    from orchestrator.backends.base import get_backend
+
+    raise typer.Exit(get_backend(state.backend).exec(state, node, argv))
+
+
+@app.command()
+def teardown(
+    name: Optional[str] = typer.Argument(None, help="Lab name."),
+    all_: bool = typer.Option(False, "--all", help="Tear down every lab this machine has."),
+) -> None:
+    """Remove a lab: processes, namespaces, links, shaping. Idempotent; works after a crashed orchestrator."""
+    if all_ == (name is not None):
+        raise SpecError("teardown takes a lab name or --all")
+    t0 = time.monotonic()
+    with BarProgress(err) as progress:
+        labs = labmod.teardown_all(progress) if all_ else (labmod.teardown(name, progress) or [name])
+    err.print(f"removed {', '.join(labs) if labs else 'nothing (no labs)'} in {time.monotonic() - t0:.1f} s")
+
+
+@app.command()
+def graph(
+    target: str = typer.Argument(..., help="Experiment file or the name of a running lab."),
+    out_prefix: Optional[Path] = typer.Option(None, "--out", help="Output prefix (default: graph-<name>)."),
+) -> None:
+    """Draw the topology: writes PREFIX.dot and PREFIX.png."""
+    if Path(target).exists():
+        plan, title = build_plan(load_experiment(target)), Path(target).stem
+    elif target in list_labs():
+        plan, title = load_state(target).load_plan(), target
+    else:
+        raise SpecError(f"{target}: neither an experiment file nor a running lab")
+    prefix = out_prefix or Path(f"graph-{title}")
+    prefix.with_suffix(".dot").write_text(to_dot(plan, title))
+    draw_png(plan, prefix.with_suffix(".png"), title)
+    out.print(f"wrote {prefix.with_suffix('.dot')} and {prefix.with_suffix('.png')}")
+
+
+@app.command()
+def probe_kernel() -> None:
+    """Probe what this kernel can shape with (netem, tbf, NFQUEUE, statistic)."""
+    caps = labmod.probe(cache=False)
+    out.print_json(json.dumps(caps.to_json()))
+
+
+def main() -> None:
+    try:
+        app()
+    except OrchestratorError as exc:
+        if _debug:
+            traceback.print_exc()
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Lab lifecycle: experiment file -> plan -> backend.up, and back to nothing. No UI code here (see cli.py)."""
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.backends.base import Backend, NullProgress, Progress, get_backend
+from orchestrator.errors import LabExists, OrchestratorError, ShapingError
+from orchestrator.plan import NetworkPlan, build_plan
+from orchestrator.shaping import render
+from orchestrator.shaping.params import DirParams
+from orchestrator.shaping.probe import Capabilities, probe_kernel
+from orchestrator.spec import Experiment, check_name, load_experiment
+from orchestrator.state import LabState, list_labs, load_state, state_root
+from orchestrator.units import format_time
+
+
+@dataclass
+class Prepared:
+    experiment: Experiment
+    plan: NetworkPlan
+    lab: str
+
+
+def prepare(experiment_path: str | Path, name: str | None = None, variables: dict | None = None) -> Prepared:
+    """Everything that can be checked before anything is created (bad input raises exit-code-2 errors)."""
+    exp = load_experiment(experiment_path, variables)
+    lab = check_name(name or exp.name or Path(experiment_path).stem.split(".")[0], "lab name")
+    plan = build_plan(exp)
+    if lab in list_labs():
+        raise LabExists(f"lab {lab!r} is already up (use `orchestrator teardown {lab}` or --name)")
+    return Prepared(exp, plan, lab)
+
+
+def shaping_warnings(plan: NetworkPlan, shaper: str) -> list[str]:
+    """What the chosen shaper will not emulate: one line per lost parameter, counted over link directions."""
+    lost: dict[str, list[DirParams]] = {}
+    for link in plan.links:
+        for d in (link.down, link.up):
+            for param in render.fidelity(shaper, d).lost():
+                lost.setdefault(param, []).append(d)
+    out = []
+    for param, dirs in sorted(lost.items()):
+        example = {"delay": lambda d: format_time(d.delay_s), "jitter": lambda d: format_time(d.jitter_s),
+                   "loss": lambda d: "Gilbert-Elliott"}.get(param, lambda d: "")(dirs[0])
+        out.append(f"{param} ({example}) is NOT emulated on {len(dirs)} link directions with shaper "
+                   f"{shaper!r}: the kernel cannot do it that way")
+    return out
+
+
+def probe(cache: bool = True) -> Capabilities:
+    return probe_kernel(state_root() if cache else None)
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM during a build is handled like Ctrl-C: tear down what was built."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", strict: bool = False,
+       experiment_path: str = "", progress: Progress | None = None) -> LabState:
+    progress = progress or NullProgress()
+    backend = get_backend(backend_name)
+    caps = probe()
+    chosen = caps.choose(shaper)
+    warnings = shaping_warnings(prep.plan, chosen)
+    if warnings and strict:
+        raise ShapingError("--strict-shaping: " + "; ".join(warnings))
+    state = LabState(lab=prep.lab, backend=backend_name, shaper=chosen, experiment=str(experiment_path),
+                     capabilities=caps.to_json(), warnings=warnings)
+    state.save_plan(prep.plan)
+    state.save()
+    for w in warnings:
+        progress.note(f"WARNING: {w}")
+    with _sigterm_as_interrupt():
+        try:
+            backend.up(prep.plan, state, progress)
+        except BaseException:
+            progress.note("build failed or interrupted: tearing down what was created")
+            state.status = "failed"
+            state.save()
+            _teardown(backend, state, NullProgress())
+            raise
+    return state
+
+
+def _teardown(backend: Backend, state: LabState, progress: Progress) -> None:
+    backend.teardown(state, progress)
+    state.remove()
+
+
+def teardown(lab: str, progress: Progress | None = None) -> None:
+    state = load_state(lab)
+    _teardown(get_backend(state.backend), state, progress or NullProgress())
+
+
+def teardown_all(progress: Progress | None = None) -> list[str]:
+    done, errors = [], []
+    for lab in list_labs():
+        try:
+            teardown(lab, progress)
+            done.append(lab)
+        except OrchestratorError as exc:
+            errors.append(f"{lab}: {exc}")
+    if errors:
+        raise OrchestratorError("teardown --all left labs behind:\n" + "\n".join(errors))
+    return done
+
+
+def status(lab: str) -> dict:
+    state = load_state(lab)
+    plan = state.load_plan()
+    backend = get_backend(state.backend)
+    links = []
+    for lk in plan.links:
+        entry = {"id": lk.id, "a": lk.parent, "b": lk.child}
+        for direction, planned in (("down", lk.down), ("up", lk.up)):
+            live = state.link_overrides.get(f"{lk.id}/{direction}")
+            d = planned if live is None else (DirParams() if live == "cut" else DirParams.from_json(live))
+            entry[direction] = {
+                "rate_kbit": d.rate_bps / 1000 if d.rate_bps else None,
+                "delay_ms": d.delay_s * 1000, "jitter_ms": d.jitter_s * 1000, "loss": d.loss,
+                "queue": d.queue_pkts, "cut": live == "cut",
+            }
+        links.append(entry)
+    return {
+        "lab": state.lab, "backend": state.backend, "status": state.status, "shaper": state.shaper,
+        "experiment": state.experiment, "plan_digest": state.plan_digest, "created_at": state.created_at,
+        "capabilities": state.capabilities, "warnings": state.warnings, "health": backend.health(state),
+        "nodes": [{"name": n.name, "role": n.role, "address": n.address, "parent": n.parent} for n in plan.nodes],
+        "links": links,
+    }

@@ -1,0 +1,261 @@
+"""The raw netlink bits of NFQUEUE (nfnetlink_queue), stdlib only: enter a network namespace, open its
+NETLINK_NETFILTER socket, bind queues, parse queued-packet messages and build verdicts.
+
+Only what the delay line needs: IPv4, copy mode PACKET with a small copy range (the IP header gives the length),
+no fail-open, no GSO passthrough (the kernel segments GSO packets before queueing them), one socket per
+namespace serving any number of that namespace's queues.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import socket
+import struct
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+# --- constants (linux/netlink.h, linux/netfilter/nfnetlink*.h) -------------------------------------------------
+NETLINK_NETFILTER = 12
+SOL_NETLINK = 270
+NETLINK_NO_ENOBUFS = 5
+SO_RCVBUFFORCE = 33
+SO_SNDBUFFORCE = 32
+
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+
+NFNL_SUBSYS_QUEUE = 3
+NFQNL_MSG_PACKET = 0
+NFQNL_MSG_VERDICT = 1
+NFQNL_MSG_CONFIG = 2
+MSG_PACKET = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET
+MSG_VERDICT = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_VERDICT
+MSG_CONFIG = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_CONFIG
+
+NFQA_CFG_CMD = 1
+NFQA_CFG_PARAMS = 2
+NFQA_CFG_QUEUE_MAXLEN = 3
+NFQNL_CFG_CMD_BIND = 1
+NFQNL_CFG_CMD_UNBIND = 2
+NFQNL_COPY_PACKET = 2
+
+NFQA_PACKET_HDR = 1
+NFQA_VERDICT_HDR = 2
+NFQA_PAYLOAD = 10
+NFQA_CAP_LEN = 13
+
+NF_DROP = 0
+NF_ACCEPT = 1
+
+CLONE_NEWNET = 0x40000000
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_NLATTR = struct.Struct("=HH")
+_U16BE = struct.Struct(">H")
+_U32BE = struct.Struct(">I")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NetlinkError(OSError):
+    pass
+
+
+# --- namespaces -----------------------------------------------------------------------------------------------
+def setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"setns: {os.strerror(e)}")
+
+
+@contextmanager
+def in_netns(path: str) -> Iterator[None]:
+    """Run the body in the network namespace at `path` (e.g. /run/netns/NAME), then return to our own.
+    Sockets and /proc/thread-self/net files opened inside stay bound to that namespace."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            setns(own)
+    finally:
+        os.close(own)
+
+
+def netns_key(path: str) -> tuple[int, int]:
+    """Identity of a namespace file (two paths to one namespace give one key)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino)
+
+
+# --- messages --------------------------------------------------------------------------------------------------
+def _attr(atype: int, payload: bytes) -> bytes:
+    n = 4 + len(payload)
+    return _NLATTR.pack(n, atype) + payload + b"\0" * ((4 - n % 4) % 4)
+
+
+def _nfmsg(mtype: int, flags: int, seq: int, res_id: int, attrs: bytes, family: int = socket.AF_UNSPEC) -> bytes:
+    body = struct.pack("=BB", family, 0) + _U16BE.pack(res_id) + attrs
+    return _NLMSGHDR.pack(16 + len(body), mtype, flags, seq, 0) + body
+
+
+def config_bind(queue_num: int, seq: int, copy_range: int, maxlen: int) -> bytes:
+    """One config message: bind `queue_num` to this socket for IPv4, copy `copy_range` bytes of each packet,
+    hold at most `maxlen` packets. No flags (never fail-open)."""
+    attrs = (_attr(NFQA_CFG_CMD, struct.pack("=BB", NFQNL_CFG_CMD_BIND, 0) + _U16BE.pack(socket.AF_INET))
+             + _attr(NFQA_CFG_PARAMS, _U32BE.pack(copy_range) + bytes([NFQNL_COPY_PACKET]))
+             + _attr(NFQA_CFG_QUEUE_MAXLEN, _U32BE.pack(maxlen)))
+    return _nfmsg(MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, seq, queue_num, attrs)
+
+
+def config_unbind(queue_num: int, seq: int) -> bytes:
+    attrs = _attr(NFQA_CFG_CMD, struct.pack("=BB", NFQNL_CFG_CMD_UNBIND, 0) + _U16BE.pack(socket.AF_INET))
+    return _nfmsg(MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, seq, queue_num, attrs)
+
+
+def _bswap16(x: int) -> int:
+    return int.from_bytes(x.to_bytes(2, "little"), "big")
+
+
+def _bswap32(x: int) -> int:
+    return int.from_bytes(x.to_bytes(4, "little"), "big")
+
+
+# A verdict is 32 bytes; packed big-endian as a whole, with the host-order header fields pre-swapped.
+_VERDICT = struct.Struct(">IHHIIBBHHHII")
+_V_LEN, _V_TYPE, _V_FLAGS = (_bswap32(32), _bswap16(MSG_VERDICT), _bswap16(NLM_F_REQUEST))
+_V_ALEN, _V_ATYPE = _bswap16(12), _bswap16(NFQA_VERDICT_HDR)
+if struct.pack("=H", 1) == struct.pack(">H", 1):  # big-endian host: no swapping needed
+    _V_LEN, _V_TYPE, _V_FLAGS, _V_ALEN, _V_ATYPE = 32, MSG_VERDICT, NLM_F_REQUEST, 12, NFQA_VERDICT_HDR
+
+
+def verdict(queue_num: int, packet_id: int, v: int) -> bytes:
+    return _VERDICT.pack(_V_LEN, _V_TYPE, _V_FLAGS, 0, 0, socket.AF_UNSPEC, 0, queue_num, _V_ALEN, _V_ATYPE,
+                         v, packet_id)
+
+
+def parse_packet(buf, off: int, end: int) -> tuple[int, int, int]:
+    """(queue_num, packet_id, ip_length) of the NFQNL_MSG_PACKET at buf[off:end] (end = off + nlmsg_len).
+    The length is the IPv4 total length (NFQA_CAP_LEN, or the copied length, when it is not IPv4)."""
+    qnum = _U16BE.unpack_from(buf, off + 18)[0]
+    pkt_id = -1
+    length = 0
+    cap_len = 0
+    a = off + 20
+    while a + 4 <= end:
+        alen, atype = _NLATTR.unpack_from(buf, a)
+        if alen < 4:
+            break
+        atype &= 0x3FFF
+        if atype == NFQA_PACKET_HDR:
+            pkt_id = _U32BE.unpack_from(buf, a + 4)[0]
+        elif atype == NFQA_PAYLOAD:
+            plen = alen - 4
+            if plen >= 4 and (buf[a + 4] >> 4) == 4:
+                length = _U16BE.unpack_from(buf, a + 6)[0]
+            else:
+                length = plen
+        elif atype == NFQA_CAP_LEN:
+            cap_len = _U32BE.unpack_from(buf, a + 4)[0]
+        a += (alen + 3) & ~3
+    if not length:
+        length = cap_len
+    return qnum, pkt_id, length
+
+
+# --- the socket -------------------------------------------------------------------------------------------------
+class NfqSocket:
+    """One NETLINK_NETFILTER socket, created in the caller's current network namespace (use `in_netns`)."""
+
+    def __init__(self, rcvbuf: int = 8 << 20, sndbuf: int = 4 << 20):
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_NETFILTER)
+        try:
+            for opt, val in ((SO_RCVBUFFORCE, rcvbuf), (SO_SNDBUFFORCE, sndbuf)):
+                try:
+                    s.setsockopt(socket.SOL_SOCKET, opt, val)
+                except OSError:  # not CAP_NET_ADMIN: take what the sysctl limit allows
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF if opt == SO_RCVBUFFORCE else socket.SO_SNDBUF,
+                                 val)
+            s.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+            s.bind((0, 0))
+            s.setblocking(False)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+        self.fd = s.fileno()
+        self.portid = s.getsockname()[0]
+        self._seq = 0
+        self.backlog: list[bytes] = []  # packet messages received while waiting for an ack
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _request(self, build: Callable[[int], bytes]) -> None:
+        """Send one config request and wait (blocking, 5 s) for its ack; raise NetlinkError on a negative ack.
+        Packet messages that arrive meanwhile are kept in `backlog` for the caller's loop."""
+        self._seq += 1
+        seq = self._seq
+        self.sock.settimeout(5.0)
+        try:
+            self.sock.send(build(seq))
+            while True:
+                data = self.sock.recv(1 << 16)
+                off = 0
+                while off + 16 <= len(data):
+                    mlen, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(data, off)
+                    if mlen < 16:
+                        break
+                    if mtype == NLMSG_ERROR and mseq == seq:
+                        err = struct.unpack_from("=i", data, off + 16)[0]
+                        if err:
+                            raise NetlinkError(-err, os.strerror(-err))
+                        return
+                    if mtype == MSG_PACKET:
+                        self.backlog.append(bytes(data[off:off + mlen]))
+                    off += (mlen + 3) & ~3
+        finally:
+            self.sock.setblocking(False)
+
+    def bind_queue(self, queue_num: int, copy_range: int = 64, maxlen: int = 65536) -> None:
+        try:
+            self._request(lambda seq: config_bind(queue_num, seq, copy_range, maxlen))
+        except NetlinkError as e:
+            why = "already bound by another process" if e.errno == errno.EBUSY else e.strerror
+            raise NetlinkError(e.errno, f"cannot bind NFQUEUE {queue_num}: {why}") from None
+
+    def unbind_queue(self, queue_num: int) -> None:
+        self._request(lambda seq: config_unbind(queue_num, seq))
+
+
+# --- kernel counters -------------------------------------------------------------------------------------------
+def open_queue_stats() -> int:
+    """Open this namespace's /proc nfnetlink_queue file; the fd keeps reporting this namespace after setns back."""
+    return os.open("/proc/thread-self/net/netfilter/nfnetlink_queue", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def read_queue_stats(fd: int) -> dict[int, dict[str, int]]:
+    """queue_num -> {portid, total (held now), dropped (kernel queue full), user_dropped (socket full)}."""
+    chunks = []
+    off = 0
+    while True:
+        b = os.pread(fd, 1 << 16, off)
+        if not b:
+            break
+        chunks.append(b)
+        off += len(b)
+    out = {}
+    for line in b"".join(chunks).decode().splitlines():
+        f = line.split()
+        if len(f) < 7:
+            continue
+        out[int(f[0])] = {"portid": int(f[1]), "total": int(f[2]), "dropped": int(f[5]), "user_dropped": int(f[6])}
+    return out

@@ -1,0 +1,111 @@
+"""Kernel capability probe: what this kernel can shape with, tried for real in a throwaway namespace.
+
+Modules cannot be relied on to load, and `tc` only tells by failing, so the probe adds each qdisc / rule to a
+veth interface in a private namespace and removes the namespace. The result is cached per boot.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from orchestrator.errors import ShapingError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    kernel: str
+    netem: bool
+    tbf: bool
+    nfqueue: bool
+    statistic: bool
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def choose(self, wanted: str) -> str:
+        """Resolve --shaper auto|netem|delayline|tbf against what the kernel has."""
+        available = {"netem": self.netem, "delayline": self.nfqueue, "tbf": self.tbf}
+        if wanted == "auto":
+            for shaper in ("netem", "delayline", "tbf"):
+                if available[shaper]:
+                    return shaper
+            raise ShapingError("this kernel has none of netem, NFQUEUE or tbf: links cannot be shaped")
+        if wanted not in available:
+            raise ShapingError(f"unknown shaper {wanted!r} (auto, netem, delayline, tbf)")
+        if not available[wanted]:
+            need = {"netem": "sch_netem", "delayline": "the iptables NFQUEUE target", "tbf": "sch_tbf"}[wanted]
+            raise ShapingError(f"--shaper {wanted}: this kernel lacks {need} (probe: {', '.join(self.notes)})")
+        return wanted
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def probe_kernel(cache_dir: Path | None = None) -> Capabilities:
+    cache = cache_dir / f"probe-{_boot_id()}.json" if cache_dir else None
+    if cache and cache.exists():
+        d = json.loads(cache.read_text())
+        return Capabilities(**{**d, "notes": tuple(d["notes"])})
+    caps = _probe()
+    if cache:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(caps.to_json()))
+    return caps
+
+
+def _probe() -> Capabilities:
+    if os.geteuid() != 0:
+        raise ShapingError("probing the kernel's shaping needs root")
+    for tool in ("ip", "tc"):
+        if not shutil.which(tool):
+            raise ShapingError(f"`{tool}` is not installed (run `make setup`)")
+    ns = f"orchprobe{os.getpid()}"
+    notes: list[str] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True)
+
+    def tc_ok(kind: list[str], label: str) -> bool:
+        r = run(["tc", "-n", ns, "qdisc", "add", "dev", "d0", "root", "handle", "1:", *kind])
+        if r.returncode == 0:
+            run(["tc", "-n", ns, "qdisc", "del", "dev", "d0", "root"])
+            return True
+        notes.append(f"{label}: {r.stderr.strip() or r.returncode}")
+        return False
+
+    def ipt_ok(rule: list[str], label: str) -> bool:
+        if not shutil.which("iptables"):
+            notes.append(f"{label}: iptables not installed")
+            return False
+        r = run(["ip", "netns", "exec", ns, "iptables", "-w", "-t", "mangle", "-A", "POSTROUTING", "-o", "d0",
+                 *rule])
+        if r.returncode != 0:
+            notes.append(f"{label}: {r.stderr.strip() or r.returncode}")
+        return r.returncode == 0
+
+    r = run(["ip", "netns", "add", ns])
+    if r.returncode != 0:
+        raise ShapingError(f"cannot create a probe namespace: {r.stderr.strip()}")
+    try:
+        # A veth pair, as the links use (this kernel may have no `dummy` module).
+        r = run(["ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"])
+        if r.returncode != 0:
+            raise ShapingError(f"cannot create a veth pair for the probe: {r.stderr.strip()}")
+        netem = tc_ok(["netem", "delay", "1ms"], "netem")
+        tbf = tc_ok(["tbf", "rate", "1mbit", "burst", "1600", "latency", "50ms"], "tbf")
+        nfqueue = ipt_ok(["-j", "NFQUEUE", "--queue-num", "0"], "NFQUEUE")
+        statistic = ipt_ok(["-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "DROP"],
+                           "statistic")
+    finally:
+        run(["ip", "netns", "del", ns])
+    return Capabilities(kernel=os.uname().release, netem=netem, tbf=tbf, nfqueue=nfqueue, statistic=statistic,
+                        notes=tuple(notes))

@@ -1,0 +1,277 @@
+"""Experiment files: YAML (optionally Jinja2-templated) validated by pydantic models. Pure apart from reading the file.
+
+Errors name the file, the field path and the line: `topologies/x.yaml:7: links.loss: '120%' is outside 0..100 %`.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import yaml
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
+
+from orchestrator.errors import SpecError
+from orchestrator.shaping.params import DirParams, GilbertElliott
+from orchestrator.units import parse_probability, parse_rate, parse_time
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Lab and node names end up in namespace, file and interface names: keep them boring."""
+    if not NAME_RE.match(name):
+        raise SpecError(
+            f"{what} {name!r} is invalid: use 1-16 characters a-z, 0-9 and '-', starting with a letter "
+            "(no spaces or shell metacharacters)"
+        )
+    return name
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SparseMembers(Strict):
+    count: int = Field(ge=1)
+    seed: int = 0
+
+
+class TreeTopology(Strict):
+    kind: Literal["tree"]
+    nodes: int = Field(ge=2, le=30000)
+    degree: int = Field(ge=2, le=64, description="links of an interior node (root: degree children)")
+    members: Literal["all"] | SparseMembers = "all"
+
+    @field_validator("members")
+    @classmethod
+    def _members_fit(cls, v, info: ValidationInfo):
+        nodes = info.data.get("nodes")
+        if isinstance(v, SparseMembers) and nodes is not None and v.count > nodes:
+            raise ValueError(f"members.count ({v.count}) is larger than nodes ({nodes})")
+        return v
+
+
+class GEModel(Strict):
+    p: float = Field(ge=0, le=1)
+    r: float = Field(ge=0, le=1)
+    loss_bad: float = Field(1.0, ge=0, le=1)
+    loss_good: float = Field(0.0, ge=0, le=1)
+
+
+class DirSpec(Strict):
+    """Shaping of one direction; every field optional so overrides can change one thing."""
+
+    rate: str | int | None = None
+    delay: str | float | None = None
+    jitter: str | float | None = None
+    jitter_dist: Literal["uniform", "normal"] | None = None
+    loss: str | float | None = None
+    gemodel: GEModel | None = None
+    queue: int | None = Field(None, ge=1, le=100000)
+    reorder: str | float | None = None
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v):
+        if v is not None:
+            parse_rate(v)
+        return v
+
+    @field_validator("delay", "jitter")
+    @classmethod
+    def _time(cls, v):
+        if v is not None:
+            parse_time(v)
+        return v
+
+    @field_validator("loss", "reorder")
+    @classmethod
+    def _prob(cls, v):
+        if v is not None:
+            parse_probability(v)
+        return v
+
+    def apply(self, base: DirParams) -> DirParams:
+        """Overlay the fields given here on `base`."""
+        changes: dict[str, Any] = {}
+        if self.rate is not None:
+            changes["rate_bps"] = parse_rate(self.rate)
+        if self.delay is not None:
+            changes["delay_s"] = parse_time(self.delay)
+        if self.jitter is not None:
+            changes["jitter_s"] = parse_time(self.jitter)
+        if self.jitter_dist is not None:
+            changes["jitter_dist"] = self.jitter_dist
+        if self.loss is not None:
+            changes["loss"] = parse_probability(self.loss)
+        if self.gemodel is not None:
+            changes["gemodel"] = GilbertElliott(**self.gemodel.model_dump())
+        if self.queue is not None:
+            changes["queue_pkts"] = self.queue
+        if self.reorder is not None:
+            changes["reorder"] = parse_probability(self.reorder)
+        return DirParams(**{**base.__dict__, **changes})
+
+
+class LinkSpec(DirSpec):
+    """Both directions (the plain fields), refined per direction: `down` = parent->child, `up` = child->parent."""
+
+    up: DirSpec | None = None
+    down: DirSpec | None = None
+
+    def resolve(self, base_down: DirParams, base_up: DirParams) -> tuple[DirParams, DirParams]:
+        both = DirSpec(**{k: getattr(self, k) for k in DirSpec.model_fields})
+        down, up = both.apply(base_down), both.apply(base_up)
+        if self.down:
+            down = self.down.apply(down)
+        if self.up:
+            up = self.up.apply(up)
+        return down, up
+
+
+class LinkOverride(LinkSpec):
+    link: tuple[str, str] | None = Field(None, description="the link between these two nodes")
+    subtree: str | None = Field(None, description="every link below this node, and its own uplink")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "LinkOverride":
+        if (self.link is None) == (self.subtree is None):
+            raise ValueError("an override names exactly one of `link: [a, b]` or `subtree: NODE`")
+        return self
+
+
+class LinksSpec(LinkSpec):
+    overrides: list[LinkOverride] = []
+
+
+class Addressing(Strict):
+    nodes: str = "10.0.0.0/16"
+    links: str = "10.128.0.0/15"
+
+
+class CaptureSpec(Strict):
+    interfaces: Literal["access", "all", "none"] = "access"
+    snaplen: int = Field(128, ge=64, le=65535)
+
+
+class Experiment(Strict):
+    name: str | None = None
+    description: str | None = None
+    topology: TreeTopology
+    links: LinksSpec = LinksSpec()
+    addressing: Addressing = Addressing()
+    # Protocol, workload and schedule are validated by the node and the runner, which own their meaning.
+    protocol: dict[str, Any] = {}
+    workload: dict[str, Any] = {}
+    schedule: list[dict[str, Any]] = []
+    capture: CaptureSpec = CaptureSpec()
+    duration: str | float = "60s"
+    seed: int = 1
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        if v is not None:
+            try:
+                check_name(v, "experiment name")
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v):
+        parse_time(v)
+        return v
+
+    @property
+    def duration_s(self) -> float:
+        return parse_time(self.duration)
+
+
+# --- loading --------------------------------------------------------------------------------------------------
+
+def render_template(text: str, path: str, variables: dict[str, Any] | None = None) -> str:
+    """Render Jinja2 when the file uses it ({{ }} or {% %}); undefined variables are errors."""
+    if "{{" not in text and "{%" not in text:
+        return text
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    try:
+        return env.from_string(text).render(**(variables or {}))
+    except jinja2.TemplateSyntaxError as exc:
+        raise SpecError(f"{path}:{exc.lineno}: template error: {exc.message}") from None
+    except jinja2.UndefinedError as exc:
+        raise SpecError(f"{path}: template error: {exc.message} (pass it with --set NAME=VALUE)") from None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """Walk the composed YAML node tree along a pydantic error location; the deepest line found (1-based)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == key:
+                    node, line = v, v.start_mark.line + 1
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _format_loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    # pydantic puts union-branch tags ("literal['all']", "SparseMembers", "str") in locations: drop them.
+    return tuple(p for p in loc if isinstance(p, int) or not (("[" in p and "]" in p) or p[:1].isupper()
+                                                                or p in ("str", "int", "float")))
+
+
+def parse_experiment(text: str, path: str = "<string>", variables: dict[str, Any] | None = None) -> Experiment:
+    text = render_template(text, path, variables)
+    try:
+        data = yaml.safe_load(text)
+        tree = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"{path}{where}: malformed YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: an experiment file is a YAML mapping with at least `topology:`")
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = _clean_loc(err["loc"])
+            line = _line_of(tree, loc)
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            lines.append(f"{path}:{line}: {_format_loc(loc)}: {msg}")
+        # One clear line for the first problem, the others after it.
+        raise SpecError("\n".join(dict.fromkeys(lines))) from None
+
+
+def load_experiment(path: str | Path, variables: dict[str, Any] | None = None) -> Experiment:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such experiment file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_experiment(text, str(path), variables)

@@ -1,0 +1,76 @@
+"""Lab state files: what a backend created, written as it creates it, so teardown removes exactly that.
+
+`$ORCHESTRATOR_STATE_DIR/<lab>/state.json` (default /run/orchestrator: it vanishes at reboot together with the
+namespaces it describes), plus the lab's `plan.json`. Writes are atomic (temp file + rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import LabNotFound
+from orchestrator.plan import NetworkPlan
+
+
+def state_root() -> Path:
+    return Path(os.environ.get("ORCHESTRATOR_STATE_DIR", "/run/orchestrator"))
+
+
+@dataclass
+class LabState:
+    lab: str
+    backend: str
+    shaper: str
+    status: str = "building"            # building -> up; "failed" if up did not finish
+    created_at: float = field(default_factory=time.time)
+    experiment: str = ""                # path of the experiment file, as given
+    plan_digest: str = ""
+    namespaces: list[str] = field(default_factory=list)   # every namespace we (may) have created
+    capabilities: dict = field(default_factory=dict)
+    delayline: dict | None = None       # {"pid", "control", "config"} when the delay line runs
+    warnings: list[str] = field(default_factory=list)
+    link_overrides: dict = field(default_factory=dict)    # live changes: "<link>/<dir>" -> DirParams json | "cut"
+
+    @property
+    def dir(self) -> Path:
+        return state_root() / self.lab
+
+    def save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / "state.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=1, sort_keys=True))
+        os.replace(tmp, self.dir / "state.json")
+
+    def save_plan(self, plan: NetworkPlan) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "plan.json").write_text(plan.to_json())
+        self.plan_digest = plan.digest()
+
+    def load_plan(self) -> NetworkPlan:
+        return NetworkPlan.from_dict(json.loads((self.dir / "plan.json").read_text()))
+
+    def remove(self) -> None:
+        for f in self.dir.glob("*"):
+            if f.is_file():
+                f.unlink()
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass
+
+
+def load_state(lab: str) -> LabState:
+    f = state_root() / lab / "state.json"
+    if not f.exists():
+        raise LabNotFound(f"no lab named {lab!r} is up (see `orchestrator status`)")
+    return LabState(**json.loads(f.read_text()))
+
+
+def list_labs() -> list[str]:
+    root = state_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "state.json").exists())

@@ -1,0 +1,86 @@
+"""Requirement markers.
+
+A test says what it needs with a marker (root, mininet, docker, ansible, spark, netem). When a requirement is
+missing the test is skipped with the reason -- except under CI=true, where CI is root and has everything, so a
+test that would be skipped fails instead (a skip there would hide a broken install).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def _kernel_has_netem() -> bool:
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        return False
+    from orchestrator.shaping.probe import probe_kernel
+
+    return probe_kernel().netem
+
+
+def _missing(marker: str) -> str | None:
+    """Return why `marker`'s requirement is not met here, or None when it is."""
+    if marker in ("root", "mininet", "netem", "docker", "ansible") and os.geteuid() != 0:
+        return "needs root"
+    if marker == "mininet":
+        for tool in ("mnexec", "ip", "tc", "iptables"):
+            if not shutil.which(tool):
+                return f"needs {tool} (run `make setup`)"
+    if marker == "netem" and not _kernel_has_netem():
+        return "kernel has no sch_netem (run `make test-netem`, which boots a netem kernel)"
+    if marker == "docker":
+        try:
+            import docker  # noqa: F401
+
+            docker.from_env().ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means "no engine"
+            return f"needs a running Docker engine ({exc.__class__.__name__})"
+    if marker == "spark":
+        if shutil.which("java") is None:
+            return "needs java"
+        try:
+            import pyspark  # noqa: F401
+        except ImportError:
+            return "needs pyspark"
+    if marker == "ansible":
+        try:
+            import ansible_runner  # noqa: F401
+        except ImportError:
+            return "needs ansible-runner"
+    return None
+
+
+_REQUIREMENT_MARKERS = ("root", "mininet", "docker", "ansible", "spark", "netem")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    for marker in _REQUIREMENT_MARKERS:
+        if item.get_closest_marker(marker) is None:
+            continue
+        why = _missing(marker)
+        if why is None:
+            continue
+        if in_ci:
+            pytest.fail(f"[{marker}] requirement missing in CI: {why}", pytrace=False)
+        pytest.skip(f"[{marker}] {why}")
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    """A private orchestrator state directory, so tests never see real labs."""
+    d = tmp_path / "state"
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(d))
+    return d
+
+
+def run_quiet(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True)
