@@ -34,8 +34,13 @@ test-netem: setup
 	$(NETEM_VM) --setup
 	$(NETEM_VM) --timeout 300 -- $(PY) -m pytest -p no:cacheprovider -m netem -x -q tests/integration/test_netem.py
 
+ORCH := $(VENV)/bin/orchestrator
 demo: setup
-	$(VENV)/bin/orchestrator demo
+	@$(ORCH) status demo >/dev/null 2>&1 && $(ORCH) teardown demo || true
+	$(ORCH) up topologies/demo.yaml
+	$(ORCH) status demo | head -20
+	$(ORCH) exec demo h3 -- ping -c 5 h39 || ($(ORCH) teardown demo; exit 1)
+	$(ORCH) teardown demo
 
 bench: setup
 	$(PY) benchmarks/bench_up.py
