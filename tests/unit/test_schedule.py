@@ -1,0 +1,90 @@
+"""The schedule: validation before anything is built, seeded targets, expansion into timed operations."""
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.plan import build_plan
+from orchestrator.schedule import PERTURB_INTERVAL_S, expand, parse_schedule
+from orchestrator.spec import parse_experiment
+
+PLAN = build_plan(parse_experiment("topology: {kind: tree, nodes: 40, degree: 4, members: {count: 20, seed: 3}}\n"))
+MEMBERS = [n.name for n in PLAN.members]
+ROUTER = next(n.name for n in PLAN.nodes if n.role == "router")
+
+
+def timeline(raw, seed=1, duration=60.0):
+    return expand(parse_schedule(raw), PLAN, duration, seed)
+
+
+def test_crash_fraction_is_seeded():
+    raw = [{"at": "20s", "action": "crash", "fraction": 0.25}]
+    a = timeline(raw, seed=1).ops[0].targets
+    assert len(a) == 5 and set(a) <= set(MEMBERS)
+    assert timeline(raw, seed=1).ops[0].targets == a
+    others = {timeline(raw, seed=s).ops[0].targets for s in range(2, 8)}
+    assert any(o != a for o in others)
+
+
+def test_restart_crashed_and_no_double_crash():
+    tl = timeline([{"at": 10, "action": "crash", "nodes": [MEMBERS[0]]},
+                   {"at": 20, "action": "restart", "crashed": True}])
+    assert [(o.kind, o.targets) for o in tl.ops] == [("crash", (MEMBERS[0],)), ("start", (MEMBERS[0],))]
+    with pytest.raises(SpecError, match="not running"):
+        timeline([{"at": 10, "action": "crash", "nodes": [MEMBERS[0]]},
+                  {"at": 20, "action": "crash", "nodes": [MEMBERS[0]]}])
+    with pytest.raises(SpecError, match="has not crashed"):
+        timeline([{"at": 10, "action": "restart", "nodes": [MEMBERS[1]]}])
+
+
+def test_pause_expands_to_stop_and_cont():
+    tl = timeline([{"at": "5s", "action": "pause", "nodes": [MEMBERS[2]], "duration": "3s"}])
+    assert [(o.t, o.kind) for o in tl.ops] == [(5.0, "stop_signal"), (8.0, "cont_signal")]
+
+
+def test_perturb_sleeps_are_seeded_and_balanced():
+    raw = [{"at": 10, "action": "perturb", "nodes": [MEMBERS[3]], "p": 0.3, "duration": "20s"}]
+    ops = timeline(raw).ops
+    assert ops == timeline(raw).ops
+    kinds = [o.kind for o in ops]
+    assert kinds.count("stop_signal") == kinds.count("cont_signal") > 0
+    # Alternating stop/cont, all inside the window, on the 100 ms grid.
+    assert all(k == ("stop_signal" if j % 2 == 0 else "cont_signal") for j, k in enumerate(kinds))
+    assert all(10 <= o.t <= 30 for o in ops)
+    assert all(abs((o.t - 10) / PERTURB_INTERVAL_S - round((o.t - 10) / PERTURB_INTERVAL_S)) < 1e-6 for o in ops)
+    # Time asleep ~ p of the window (200 intervals, p = 0.3: 60 ± 3 sigma ~ 19).
+    asleep = sum(b.t - a.t for a, b in zip(ops[::2], ops[1::2]))
+    assert abs(asleep / PERTURB_INTERVAL_S - 60) < 20
+
+
+def test_links_partition_heal():
+    sub = MEMBERS[5]
+    parent = PLAN.node(sub).parent
+    tl = timeline([{"at": 5, "action": "partition", "subtree": sub},
+                   {"at": 6, "action": "link", "links": [[parent, sub]], "direction": "up", "set": {"loss": "5%"}},
+                   {"at": 9, "action": "heal"}])
+    lid = PLAN.link_of(parent, sub).id
+    assert tl.ops[0].kind == "link_cut" and set(tl.ops[0].links) == {(lid, "down"), (lid, "up")}
+    assert tl.ops[1].links == ((lid, "up"),) and tl.ops[1].params.loss == "5%"
+    assert tl.ops[2].kind == "link_restore" and set(tl.ops[2].links) == {(lid, "down"), (lid, "up")}
+
+
+def test_join_members_start_late():
+    tl = timeline([{"at": 30, "action": "join", "nodes": [MEMBERS[4]]}])
+    assert tl.joiners == [MEMBERS[4]] and tl.ops[0].kind == "start"
+
+
+@pytest.mark.parametrize("raw,words", [
+    ([{"at": 5, "action": "explode", "nodes": ["h1"]}], "unknown action 'explode'"),
+    ([{"at": "90s", "action": "crash", "fraction": 0.1}], "beyond the duration"),
+    ([{"at": 5, "action": "crash", "fraction": 1.5}], "less than or equal to 1"),
+    ([{"at": 5, "action": "crash", "nodes": ["h999"]}], "unknown node 'h999'"),
+    ([{"at": 5, "action": "crash", "nodes": [ROUTER]}], "is a router"),
+    ([{"at": 5, "action": "pause", "nodes": [MEMBERS[0]]}], "needs a duration"),
+    ([{"at": 50, "action": "pause", "nodes": [MEMBERS[0]], "duration": "20s"}], "beyond the duration"),
+    ([{"at": 5, "action": "crash", "fraction": 0.1, "colour": "red"}], "unknown key"),
+    ([{"at": 5, "action": "crash", "count": 21}], "only 20 are eligible"),
+    ([{"at": 5, "action": "link", "links": [[MEMBERS[0], MEMBERS[1]]], "set": {"delay": "1ms"}}], "not linked"),
+])
+def test_bad_schedules_are_rejected(raw, words):
+    with pytest.raises(SpecError) as exc:
+        timeline(raw)
+    assert words in str(exc.value) and "schedule[0]" in str(exc.value)
