@@ -91,6 +91,31 @@ def up(
 
 
 @app.command()
+def run(
+    experiment: Path = typer.Argument(..., help="Experiment file."),
+    backend: str = typer.Option("mininet", help="mininet (default)."),
+    out_dir: Path = typer.Option(Path("runs"), "--out", help="Parent directory of the run directory."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the network up afterwards."),
+    seed: Optional[int] = typer.Option(None, help="Override the experiment's seed (schedule draws, senders)."),
+    name: Optional[str] = typer.Option(None, help="Lab name for the network this run builds."),
+    lab: Optional[str] = typer.Option(None, help="Reuse this running lab (built from the same experiment)."),
+    shaper: str = typer.Option("auto", help="auto|netem|tbf."),
+    strict_shaping: bool = typer.Option(False, "--strict-shaping"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+) -> None:
+    """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection."""
+    from orchestrator.runner import RunOptions, run as run_experiment
+
+    opts = RunOptions(backend=backend, out=out_dir, keep=keep, seed=seed, shaper=shaper, strict=strict_shaping,
+                      lab=lab, name=name)
+    t0 = time.monotonic()
+    with BarProgress(err) as progress:
+        run_dir = run_experiment(experiment, opts, progress, _parse_sets(set_))
+    err.print(f"run finished in {time.monotonic() - t0:.1f} s")
+    out.print(str(run_dir))
+
+
+@app.command()
 def status(
     name: Optional[str] = typer.Argument(None, help="Lab name; without it, list the labs."),
     json_: bool = typer.Option(False, "--json", help="Machine-readable output."),

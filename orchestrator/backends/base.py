@@ -60,6 +60,15 @@ class Backend(ABC):
     def health(self, state: LabState) -> list[str]:
         """Problems with a running lab (missing namespaces, a dead shaper); empty when healthy."""
 
+    @abstractmethod
+    def check(self, state: LabState) -> None:
+        """Cheap check during a run: raise DelayLineDied when the shaper died or the kernel dropped queued
+        packets (the run's link emulation can no longer be trusted)."""
+
+    @abstractmethod
+    def shaper_stats(self, state: LabState) -> dict | None:
+        """The shaper's own per-link-direction counters, when it keeps any (the delay line does)."""
+
 
 def get_backend(name: str) -> Backend:
     if name == "mininet":

@@ -203,3 +203,9 @@ class MininetBackend(Backend):
             if not pid or not os.path.exists(f"/proc/{pid}"):
                 problems.append(f"the delay line (pid {pid}) is not running: links are blackholed")
         return problems
+
+    def check(self, state: LabState) -> None:
+        return None
+
+    def shaper_stats(self, state: LabState) -> dict | None:
+        return None

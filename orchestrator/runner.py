@@ -1,0 +1,426 @@
+"""`orchestrator run`: deploy the protocol node on every member, capture, apply the schedule, collect.
+
+run directory (DESIGN.md §6):
+    manifest.json  plan.json  fidelity.json  orchestrator.log
+    configs/<node>.json  events/<node>.jsonl  events/orchestrator.jsonl  logs/<node>.log
+    pcaps/<node>-any.pcap  tc/<node>.json
+
+The pure part (`node_configs`) turns an experiment and a plan into the nodes' configuration files; the
+`Runner` drives a backend and never prints (progress goes through a `Progress`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from orchestrator import fidelity as fid
+from orchestrator import lab as labmod
+from orchestrator.backends.base import Backend, NullProgress, Progress, get_backend
+from orchestrator.errors import DelayLineDied, OrchestratorError, SpecError
+from orchestrator.plan import NetworkPlan
+from orchestrator.schedule import Op, Timeline, expand, parse_schedule
+from orchestrator.shaping.params import DirParams
+from orchestrator.spec import Experiment
+from orchestrator.state import LabState
+from orchestrator.units import parse_time
+
+NODE_PORT = 7000
+
+
+# --- pure: node configuration -----------------------------------------------------------------------------------
+
+def choose_senders(exp: Experiment, plan: NetworkPlan) -> list[str]:
+    members = [n.name for n in plan.members]
+    senders = exp.workload.get("senders", 0)
+    if isinstance(senders, list):
+        unknown = [s for s in senders if s not in members]
+        if unknown:
+            raise SpecError(f"workload.senders: {unknown} are not members")
+        return senders
+    if not isinstance(senders, int) or senders < 0 or senders > len(members):
+        raise SpecError(f"workload.senders: {senders!r} is not a count between 0 and {len(members)} or a list")
+    return sorted(random.Random(f"{exp.seed}/senders").sample(members, senders),
+                  key=lambda m: plan.node(m).index)
+
+
+def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Path) -> dict[str, dict]:
+    """Each member's gossipnode config (JSON-ready), validated by the node's own model. Raises SpecError."""
+    from gossipnode.config import NodeConfig
+
+    members = plan.members
+    if not members:
+        raise SpecError("the topology has no members to run the protocol on")
+    proto = dict(exp.protocol)
+    if set(proto) - {"gsgc"}:
+        raise SpecError(f"protocol: unknown protocol(s) {sorted(set(proto) - {'gsgc'})} (available: gsgc)")
+    gsgc = dict(proto.get("gsgc") or {})
+    if "step" in gsgc:
+        gsgc["step_s"] = parse_time(gsgc.pop("step"))
+    if "sc_step" in gsgc:
+        gsgc["sc_step_s"] = parse_time(gsgc.pop("sc_step"))
+    ids = {m.name: i for i, m in enumerate(members)}
+    senders = choose_senders(exp, plan)
+    wl = {k: v for k, v in exp.workload.items() if k != "senders"}
+    for key in ("start", "stop"):
+        if key in wl:
+            wl[f"{key}_s"] = parse_time(wl.pop(key))
+    member_list = [{"id": ids[m.name], "name": m.name, "addr": f"{m.address}:{NODE_PORT}"} for m in members]
+    out = {}
+    for m in members:
+        cfg = {
+            "name": m.name, "id": ids[m.name], "listen": f"{m.address}:{NODE_PORT}", "members": member_list,
+            "protocol": "gsgc", "gsgc": gsgc, "senders": [ids[s] for s in senders],
+            "workload": wl if senders else None,
+            "seed": exp.seed * 100_003 + ids[m.name],
+            "event_log": str(run_dir / "events" / f"{m.name}.jsonl"),
+            "control": str(ctl_dir / f"{m.name}.sock"),
+        }
+        try:
+            NodeConfig.model_validate(cfg)
+        except Exception as exc:  # pydantic's ValidationError: report it as bad input
+            first = str(exc).splitlines()
+            raise SpecError(f"protocol/workload for the node: {' '.join(first[1:3]) or first[0]}") from None
+        out[m.name] = cfg
+    return out
+
+
+# --- the run ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class RunOptions:
+    backend: str = "mininet"
+    out: Path = Path("runs")
+    keep: bool = False
+    seed: int | None = None
+    shaper: str = "auto"
+    strict: bool = False
+    lab: str | None = None          # reuse this running lab instead of building one
+    name: str | None = None
+    probe_paths: int = 4
+
+
+@dataclass
+class Capture:
+    node: str
+    ifname: str
+    file: Path
+    proc: subprocess.Popen
+    dropped: int | None = None
+    captured: int | None = None
+
+
+@dataclass
+class Runner:
+    exp: Experiment
+    plan: NetworkPlan
+    timeline: Timeline
+    state: LabState
+    backend: Backend
+    run_dir: Path
+    ctl_dir: Path
+    configs: dict[str, dict]
+    progress: Progress = field(default_factory=NullProgress)
+    clock: callable = time.monotonic   # type: ignore[valid-type]
+    nodes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    captures: list[Capture] = field(default_factory=list)
+    applied: list[dict] = field(default_factory=list)
+    stopped_reason: str = "completed"
+
+    # -- logging
+    def log(self, msg: str) -> None:
+        with open(self.run_dir / "orchestrator.log", "a") as f:
+            f.write(f"{datetime.now(timezone.utc).isoformat()} {msg}\n")
+
+    def record(self, event: dict) -> None:
+        with open(self.run_dir / "events" / "orchestrator.jsonl", "a") as f:
+            f.write(json.dumps({"ts": time.time(), "node": "orchestrator", **event}) + "\n")
+
+    # -- processes
+    def start_node(self, name: str) -> None:
+        log = open(self.run_dir / "logs" / f"{name}.log", "ab")
+        try:
+            self.nodes[name] = self.backend.popen(
+                self.state, name, [sys.executable, "-m", "gossipnode", "--config",
+                                   str(self.run_dir / "configs" / f"{name}.json")],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+
+    def signal_node(self, name: str, sig: int) -> None:
+        p = self.nodes.get(name)
+        if p is not None and p.poll() is None:
+            os.kill(p.pid, sig)
+
+    def alive(self) -> int:
+        return sum(1 for p in self.nodes.values() if p.poll() is None)
+
+    def start_captures(self) -> None:
+        mode = self.exp.capture.interfaces
+        if mode == "none":
+            return
+        snap = str(self.exp.capture.snaplen)
+        targets: list[tuple[str, str, list[str]]] = []
+        if mode == "access":
+            # One capture per member on all its interfaces, filtered to its own traffic: every packet the
+            # member sends or receives appears once, forwarded traffic of interior members does not.
+            targets = [(m.name, "any", ["host", m.address]) for m in self.plan.members]
+        else:
+            for lk in self.plan.links:
+                targets += [(lk.parent, lk.parent_if, []), (lk.child, lk.child_if, [])]
+        for node, ifname, filt in targets:
+            f = self.run_dir / "pcaps" / f"{node}-{ifname}.pcap"
+            proc = self.backend.popen(
+                self.state, node, ["tcpdump", "-i", ifname, "-s", snap, "-U", "-Z", "root", "-n", "-w", str(f),
+                                   *filt],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+            self.captures.append(Capture(node, ifname, f, proc))
+        # tcpdump creates its file once it is listening: wait for all of them (bounded).
+        deadline = self.clock() + 30
+        while self.clock() < deadline and not all(c.file.exists() or c.proc.poll() is not None
+                                                   for c in self.captures):
+            time.sleep(0.05)
+        dead = [c for c in self.captures if c.proc.poll() is not None]
+        if dead:
+            raise OrchestratorError(f"tcpdump on {dead[0].node}:{dead[0].ifname} failed: "
+                                    f"{dead[0].proc.stderr.read().strip()}")
+
+    def stop_captures(self) -> None:
+        for c in self.captures:
+            if c.proc.poll() is None:
+                c.proc.send_signal(signal.SIGINT)     # SIGINT: tcpdump flushes and closes the file
+        for c in self.captures:
+            try:
+                _, errs = c.proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                _, errs = c.proc.communicate()
+            m = re.search(r"(\d+) packets? dropped by kernel", errs or "")
+            c.dropped = int(m.group(1)) if m else None
+            m = re.search(r"(\d+) packets? captured", errs or "")
+            c.captured = int(m.group(1)) if m else None
+
+    def stop_nodes(self) -> None:
+        for name, p in self.nodes.items():
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)        # a paused node cannot handle SIGTERM
+                p.terminate()
+        deadline = self.clock() + 10
+        for p in self.nodes.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - self.clock()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    # -- schedule
+    def apply(self, op: Op) -> None:
+        if op.kind == "crash":
+            for n in op.targets:
+                self.signal_node(n, signal.SIGKILL)
+                if n in self.nodes:
+                    self.nodes[n].wait()
+        elif op.kind == "start":
+            for n in op.targets:
+                self.start_node(n)
+        elif op.kind == "stop_signal":
+            for n in op.targets:
+                self.signal_node(n, signal.SIGSTOP)
+        elif op.kind == "cont_signal":
+            for n in op.targets:
+                self.signal_node(n, signal.SIGCONT)
+        elif op.kind in ("link_set", "link_cut", "link_restore"):
+            by_id = {lk.id: lk for lk in self.plan.links}
+            for lid, direction in op.links:
+                planned = getattr(by_id[lid], direction)
+                if op.kind == "link_cut":
+                    params = None
+                elif op.kind == "link_restore":
+                    params = planned
+                else:
+                    current = self.state.link_overrides.get(f"{lid}/{direction}")
+                    base = planned if current in (None, "cut") else DirParams.from_json(current)
+                    params = op.params.apply(base)
+                self.backend.set_link(self.state, self.plan, lid, direction, params)
+        elif op.kind in ("workload_start", "workload_stop"):
+            from gossipnode import control
+
+            for name, cfg in self.configs.items():
+                if cfg["senders"] and cfg["id"] in cfg["senders"] and self.nodes.get(name) \
+                        and self.nodes[name].poll() is None:
+                    control.request(cfg["control"], {"cmd": "workload", "op": op.kind.split("_")[1]})
+        else:
+            raise OrchestratorError(f"unknown operation {op.kind}")
+
+    def execute(self, t0: float, duration_s: float) -> None:
+        ops = list(self.timeline.ops)
+        self.progress.start("experiment (s)", int(duration_s))
+        shown = 0
+        while True:
+            now = self.clock() - t0
+            while ops and ops[0].t <= now:
+                op = ops.pop(0)
+                before = self.clock() - t0
+                self.apply(op)
+                entry = {"event": "action_applied", "index": op.index,
+                         "action": self.timeline.actions[op.index].action, "op": op.kind,
+                         "planned_s": op.t, "actual_s": before, "lag_ms": (before - op.t) * 1000,
+                         "targets": list(op.targets), "links": [f"{a}/{b}" for a, b in op.links]}
+                self.applied.append(entry)
+                self.record(entry)
+                if op.kind not in ("stop_signal", "cont_signal") or len(self.timeline.ops) < 200:
+                    self.progress.note(f"t={before:6.1f}s {entry['action']:<9} {op.kind:<12} "
+                                       f"{','.join(op.targets or [f'{a}/{b}' for a, b in op.links])[:60]} "
+                                       f"(lag {entry['lag_ms']:.1f} ms, {self.alive()} nodes alive)")
+            if int(now) > shown:
+                self.progress.advance("experiment (s)", min(int(now), int(duration_s)) - shown)
+                shown = min(int(now), int(duration_s))
+            self.backend.check(self.state)
+            if now >= duration_s:
+                return
+            nxt = ops[0].t if ops else duration_s
+            time.sleep(max(0.0, min(nxt - now, 0.2, duration_s - now)))
+
+    # -- collection
+    def collect_tc(self) -> None:
+        for n in self.plan.nodes:
+            r = self.backend.popen(self.state, n.name, ["tc", "-s", "-j", "qdisc", "show"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, _ = r.communicate(timeout=30)
+            try:
+                data = json.loads(out or "[]")
+            except json.JSONDecodeError:
+                data = {"error": "unparseable tc output", "raw": out}
+            (self.run_dir / "tc" / f"{n.name}.json").write_text(json.dumps(data, indent=1))
+        stats = self.backend.shaper_stats(self.state)
+        if stats is not None:
+            (self.run_dir / "tc" / "delayline.json").write_text(json.dumps(stats, indent=1))
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "kernel": platform.release()}
+    for pkg in ("gossip-testbed", "pydantic", "mininet", "pyroute2"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None = None,
+        variables: dict | None = None) -> Path:
+    progress = progress or NullProgress()
+    # 1. Everything that can be checked is checked before the network is built.
+    if opts.lab:
+        from orchestrator.spec import load_experiment
+        from orchestrator.state import load_state
+
+        exp = load_experiment(experiment_path, variables)
+        state = load_state(opts.lab)
+        plan = state.load_plan()
+        lab_name, built = opts.lab, False
+        if opts.seed is not None:
+            exp = exp.model_copy(update={"seed": opts.seed})
+        from orchestrator.plan import build_plan
+
+        if build_plan(exp).digest() != state.plan_digest:
+            raise SpecError(f"lab {opts.lab!r} was built from a different plan than {experiment_path}")
+    else:
+        prep = labmod.prepare(experiment_path, opts.name, variables)
+        exp, plan, lab_name, built = prep.experiment, prep.plan, prep.lab, True
+        if opts.seed is not None:
+            exp = exp.model_copy(update={"seed": opts.seed})
+    timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
+    run_id = f"{lab_name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    run_dir = (opts.out / run_id).resolve()
+    ctl_dir = Path(f"/tmp/orch-ctl-{run_id}")
+    configs = node_configs(exp, plan, run_dir, ctl_dir)
+    if shutil.which("tcpdump") is None and exp.capture.interfaces != "none":
+        raise OrchestratorError("tcpdump is not installed (run `make setup`)")
+
+    # 2. The run directory, then the network.
+    for sub in ("configs", "events", "logs", "pcaps", "tc"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    ctl_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan.json").write_text(plan.to_json())
+    for name, cfg in configs.items():
+        (run_dir / "configs" / f"{name}.json").write_text(json.dumps(cfg, indent=1))
+    manifest = {
+        "run_id": run_id, "experiment_file": str(experiment_path), "spec": exp.model_dump(mode="json"),
+        "seed": exp.seed, "backend": opts.backend, "plan_digest": plan.digest(), "lab": lab_name,
+        "versions": _versions(), "started_at": time.time(), "status": "starting",
+    }
+
+    def write_manifest() -> None:
+        (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+
+    write_manifest()
+    if built:
+        state = labmod.up(prep, opts.backend, opts.shaper, opts.strict, str(experiment_path), progress)
+    backend = get_backend(state.backend)
+    manifest.update(shaper=state.shaper, capabilities=state.capabilities, shaping_warnings=state.warnings)
+    runner = Runner(exp, plan, timeline, state, backend, run_dir, ctl_dir, configs, progress)
+    runner.log(f"run {run_id}: lab {lab_name} ({'built' if built else 'reused'}), shaper {state.shaper}")
+    try:
+        # 3. Fidelity probe, captures, nodes, schedule.
+        progress.note("fidelity probe ...")
+        probes = fid.plan_probes(plan, state.shaper, opts.probe_paths, exp.seed)
+        fid.measure(probes, plan, lambda node, argv, **kw: backend.popen(state, node, argv, **kw))
+        fsum = fid.summary(probes, state.shaper)
+        (run_dir / "fidelity.json").write_text(json.dumps(fsum, indent=1))
+        manifest["fidelity"] = {k: fsum[k] for k in ("max_abs_error_ms", "sent", "received")}
+        runner.start_captures()
+        runner.log(f"{len(runner.captures)} captures running")
+        first = [m.name for m in plan.members if m.name not in timeline.joiners]
+        for name in first:
+            runner.start_node(name)
+        t0 = runner.clock()
+        manifest.update(status="running", t0_unix=time.time())
+        write_manifest()
+        runner.record({"event": "run_started", "members": first, "duration_s": exp.duration_s})
+        runner.execute(t0, exp.duration_s)
+    except KeyboardInterrupt:
+        runner.stopped_reason = "interrupted (Ctrl-C)"
+        raise
+    except DelayLineDied as exc:
+        runner.stopped_reason = f"shaper failed: {exc}"
+        raise
+    except Exception as exc:
+        runner.stopped_reason = f"failed: {exc}"
+        raise
+    finally:
+        # 4. Stop cleanly, collect what there is, tear down. Runs on success, error and Ctrl-C alike.
+        progress.note(f"stopping ({runner.stopped_reason}) and collecting ...")
+        runner.stop_nodes()
+        runner.stop_captures()
+        try:
+            runner.collect_tc()
+        except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
+            runner.log(f"tc stats collection failed: {exc}")
+        runner.record({"event": "run_stopped", "reason": runner.stopped_reason})
+        lags = sorted(a["lag_ms"] for a in runner.applied)
+        manifest.update(
+            status=runner.stopped_reason, ended_at=time.time(),
+            schedule={"actions": len(timeline.actions), "applied_ops": len(runner.applied),
+                      "lag_ms_median": lags[len(lags) // 2] if lags else None, "lag_ms_max": lags[-1] if lags else None},
+            captures=[{"node": c.node, "ifname": c.ifname, "file": str(c.file.relative_to(run_dir)),
+                       "captured": c.captured, "dropped_by_kernel": c.dropped} for c in runner.captures],
+        )
+        write_manifest()
+        shutil.rmtree(ctl_dir, ignore_errors=True)
+        if built and not opts.keep:
+            progress.note("tearing down ...")
+            labmod.teardown(lab_name)
+    return run_dir
