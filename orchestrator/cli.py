@@ -87,7 +87,7 @@ def up(
     members = len(prep.plan.members)
     err.print(f"lab [bold]{state.lab}[/] is up: {len(prep.plan.nodes)} nodes ({members} members), "
               f"{len(prep.plan.links)} links, shaper {state.shaper}, {time.monotonic() - t0:.1f} s")
-    out.print(state.lab)
+    print(state.lab)
 
 
 @app.command()
@@ -112,7 +112,7 @@ def run(
     with BarProgress(err) as progress:
         run_dir = run_experiment(experiment, opts, progress, _parse_sets(set_))
     err.print(f"run finished in {time.monotonic() - t0:.1f} s")
-    out.print(str(run_dir))
+    print(run_dir)
 
 
 @app.command()
