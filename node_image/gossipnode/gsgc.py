@@ -1,0 +1,484 @@
+"""One GSGC member as a sans-IO state machine.
+
+GSGC (Guo, Hayden, van Renesse, Vogels, Birman 1997): stability detection (Figure 2, `stability.py`), gossip
+failure detection (Figure 3, `failure.py`) and their integration (§3.3: W is checked against the live
+membership), global or local gossip with stability controllers (§5), plus what the emulation needs around it:
+a data workload (m senders, per-sender sequence numbers), R maintained from what arrived, NAK repair of gaps
+from the buffer, and garbage collection of the buffer when S rises.
+
+The runtime calls `tick(now)` when `next_wakeup()` has come and `receive(msg, now)` for every decoded packet;
+both return an `Output` (messages to send, events to log). Randomness comes only from a `random.Random` seeded
+by (seed, member id), so a run of cores driven by the same inputs is reproducible.
+
+Timers: each member gossips once per step, at a uniformly random point inside the step (the paper's scattered
+starting points). A timer that finds itself more than a step late (the process was stopped, or starved) skips
+the missed steps and logs how many; it never fires them in a burst. The workload timer does the same.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from typing import Any
+
+from .config import MIN_DATA_SIZE, NodeConfig
+from .core import BadMessage, Output
+from .failure import FailureDetector
+from .stability import Branch, Completion, RoundState, array_max
+from .wire import MAX_SEQ, Body, Data, Gossip, Live, Message, MsgType, Nak, Stable
+from .workload import MessageBuffer, Receipts
+
+NAK_RANGES = 16  # missing-seq ranges one NAK asks for
+REPAIRS_PER_NAK = 32  # retransmissions sent in answer to one NAK
+
+
+class StepClock:
+    """Steps of `interval` seconds from `origin`; step k fires once at a random point inside [k, k+1)."""
+
+    def __init__(self, interval: float, origin: float, rng: random.Random) -> None:
+        self.interval = interval
+        self.origin = origin
+        self.rng = rng
+        self.index = 0
+        self.due = origin + rng.random() * interval
+
+    def advance(self, now: float) -> int:
+        """The step at `due` has fired at `now`: schedule the next one. Returns how many steps were skipped.
+
+        A firing more than a whole interval late (the process was stopped or starved) stands for the step in
+        progress; the steps in between are skipped."""
+        if now - self.due > self.interval:
+            nxt = int((now - self.origin) // self.interval) + 1
+        else:
+            nxt = self.index + 1
+        skipped = nxt - self.index - 1
+        self.index = nxt
+        self.due = self.origin + (nxt + self.rng.random()) * self.interval
+        return skipped
+
+
+class RateClock:
+    """A fixed-rate send schedule in [start, stop), first send at a random phase within one interval."""
+
+    def __init__(self, interval: float, start: float, stop: float, rng: random.Random) -> None:
+        self.interval = interval
+        self.stop = stop
+        self.due = start + rng.random() * interval
+        if self.due >= stop:
+            self.due = math.inf
+
+    def advance(self, now: float) -> int:
+        nxt = self.due + self.interval
+        skipped = 0
+        if nxt <= now:
+            skipped = int((now - nxt) // self.interval) + 1
+            nxt += skipped * self.interval
+        self.due = nxt if nxt < self.stop else math.inf
+        return skipped
+
+
+class GsgcNode:
+    def __init__(self, cfg: NodeConfig, now: float) -> None:
+        """Create the member and start the protocol at `now`."""
+        p = cfg.gsgc
+        self.cfg = cfg
+        self.me = cfg.id
+        self.n = cfg.n
+        self.b = p.subgroup
+        self.rng = random.Random(f"gsgc/{cfg.seed}/{cfg.id}")
+        self.senders = list(cfg.senders)
+        self.m = len(self.senders)
+        self.receipts = {s: Receipts() for s in self.senders}
+        self.buffer = MessageBuffer(self.senders)
+        self.stability: tuple[int, ...] = (0,) * self.m  # S
+        self.local_stability: tuple[int, ...] | None = None  # local mode: the last local round's array
+        self.counters: Counter[str] = Counter()
+        self._ctl_seq = 0
+
+        groups = p.local_groups
+        if groups is None:
+            self.level = "global"
+            self.group = list(range(self.n))
+            self.group_index = 0
+            self.controllers: list[int] = []
+            self._group_of_sc: dict[int, int] = {}
+            self._scs_of_group: dict[int, list[int]] = {}
+            scope = self.group
+        else:
+            self.level = "local"
+            self.group_index = next(i for i, g in enumerate(groups) if self.me in g.members)
+            self.group = sorted(groups[self.group_index].members)
+            self.controllers = sorted(c for g in groups for c in g.controllers)
+            self._group_of_sc = {c: i for i, g in enumerate(groups) for c in g.controllers}
+            self._scs_of_group = {i: sorted(g.controllers) for i, g in enumerate(groups)}
+            scope = self.group + (self.controllers if self.me in self.controllers else [])
+        self.is_sc = self.me in self.controllers
+        self._unrepresented: set[int] = set()
+        self._bit_of = {member: pos for pos, member in enumerate(self.group)}
+        self.main = RoundState(self._bit_of[self.me], self.m, now)
+        self.sc = RoundState(self.group_index, self.m, now) if self.is_sc else None
+        self._all_groups = (1 << len(groups)) - 1 if groups else 0
+
+        self.fd = (
+            FailureDetector(self.me, self.n, p.fail_k, p.suspect_threshold or p.fail_k, scope)
+            if p.fail_k is not None
+            else None
+        )
+        self._refresh_views()
+
+        self.main_clock = StepClock(p.step_s, now, self.rng)
+        self.sc_clock = StepClock(p.sc_step_s or p.step_s, now, self.rng) if self.is_sc else None
+        self.workload_clock: RateClock | None = None
+        if self.me in self.senders and cfg.workload is not None:
+            w = cfg.workload
+            stop = now + w.stop_s if w.stop_s is not None else math.inf
+            self.workload_clock = RateClock(1.0 / w.rate_per_s, now + w.start_s, stop, self.rng)
+            self._payload = bytes(w.size_bytes - MIN_DATA_SIZE)
+        self.startup = Output()  # events of the start itself, for the runtime to log
+        self.startup.log(now, "round_started", level=self.level, round=0, via="start")
+        if self.sc is not None:
+            self.startup.log(now, "round_started", level="sc", round=0, via="start")
+
+    # ---- views derived from the failure detector -------------------------------------------------------------
+
+    def _alive(self, j: int) -> bool:
+        return self.fd is None or not self.fd.is_failed(j)
+
+    def _refresh_views(self) -> None:
+        self._main_peers = [j for j in self.group if j != self.me and self._alive(j)]
+        self._required_main = sum(1 << self._bit_of[j] for j in self.group if self._alive(j))
+        self._sc_peers = [c for c in self.controllers if c != self.me and self._alive(c)]
+        self._everyone_else = [j for j in range(self.n) if j != self.me and self._alive(j)]
+
+    # ---- helpers ---------------------------------------------------------------------------------------------
+
+    def r_array(self) -> tuple[int, ...]:
+        return tuple(self.receipts[s].r for s in self.senders)
+
+    def _sample(self, peers: list[int]) -> list[int]:
+        return self.rng.sample(peers, min(self.b, len(peers)))
+
+    def _control(self, mtype: MsgType, rnd: int, body: Body) -> Message:
+        self._ctl_seq = (self._ctl_seq + 1) & MAX_SEQ
+        self.counters[f"sent_{mtype.name.lower()}"] += 1
+        return Message(mtype, self.me, self._ctl_seq, rnd, body)
+
+    def _fd_events(self, transitions: list[tuple[str, int, int]], now: float, out: Output) -> None:
+        for event, member, value in transitions:
+            out.log(now, event, member=member, l=value)
+        if any(event in ("declared_failed", "readmitted") for event, _, _ in transitions):
+            self._refresh_views()
+            if self.is_sc:
+                self._check_representation(now, out)
+
+    def _check_representation(self, now: float, out: Output) -> None:
+        """A local group whose SCs have all failed has no voice among the SCs: global rounds wait for it (the
+        alternative, leaving it out, could collect messages its members lack). Log when that starts."""
+        dark = {g for g, scs in self._scs_of_group.items() if not any(self._alive(c) for c in scs)}
+        for g in sorted(dark - self._unrepresented):
+            out.log(now, "group_unrepresented", group=g, controllers=self._scs_of_group[g])
+        self._unrepresented = dark
+
+    def _round_done(self, level: str, rs: RoundState, done: Completion, now: float, out: Output) -> None:
+        out.log(now, "round_completed", level=level, round=done.round, via=done.via, steps=done.steps,
+                started_ts=done.started, tpr_s=round(now - done.started, 6))
+        out.log(now, "round_started", level=level, round=rs.round, via=done.via)
+
+    def _raise_stability(self, array: tuple[int, ...], via: str, rnd: int, now: float, out: Output) -> None:
+        """S = ArrayMax(S, array); then catch R up to S and garbage-collect the buffer."""
+        new = array_max(self.stability, array)
+        if new == self.stability:
+            return
+        self.stability = new
+        out.log(now, "stable", level="global", via=via, round=rnd, s=list(new))
+        discarded = 0
+        for origin, s in zip(self.senders, new, strict=True):
+            missing = self.receipts[origin].skip_to(s)
+            if missing:
+                out.log(now, "data_skipped", origin=origin, through=s, missing=missing)
+            discarded += self.buffer.discard_through(origin, s)
+        if discarded:
+            out.log(now, "gc", discarded=discarded, buffer_size=self.buffer.count, buffer_bytes=self.buffer.bytes)
+
+    def _multicast_stable(self, rnd: int) -> list[tuple[int, Message]]:
+        msg = self._control(MsgType.STABLE, rnd, Stable(self.stability))
+        return [(j, msg) for j in self._everyone_else]
+
+    # ---- stability detection at the main level (global, or local group) and among SCs --------------------------
+
+    def _settle_main(self, now: float, out: Output) -> None:
+        rs = self.main
+        rs.contribute(self.r_array())
+        done = rs.complete_if_heard(self._required_main, now)
+        if done is None:
+            return
+        self._round_done(self.level, rs, done, now, out)
+        assert done.array is not None
+        if self.level == "global":
+            self._raise_stability(done.array, "constructed", done.round, now, out)
+            if self.cfg.gsgc.multicast_stable:
+                out.send.extend(self._multicast_stable(done.round))
+        else:
+            self.local_stability = done.array
+            out.log(now, "stable", level="local", via="constructed", round=done.round, s=list(done.array))
+            self._settle_sc(now, out)
+        rs.contribute(self.r_array())
+
+    def _settle_sc(self, now: float, out: Output) -> None:
+        rs = self.sc
+        if rs is None or self.local_stability is None:
+            return
+        rs.contribute(self.local_stability)
+        done = rs.complete_if_heard(self._all_groups, now)
+        if done is None:
+            return
+        self._round_done("sc", rs, done, now, out)
+        assert done.array is not None
+        self._raise_stability(done.array, "constructed", done.round, now, out)
+        out.send.extend(self._multicast_stable(done.round))
+        rs.contribute(self.local_stability)
+
+    def _on_gossip(self, msg: Message, g: Gossip, rs: RoundState, level: str, now: float, out: Output) -> None:
+        branch, done = rs.receive(msg.round, g.min_so_far, g.heard, now)
+        self.counters[f"{level}_{branch.value}"] += 1
+        if branch is Branch.OLD_ROUND:
+            return
+        if done is not None:
+            self._round_done(level, rs, done, now, out)
+        self._raise_stability(g.stability, "gossip", msg.round, now, out)
+        self._settle(rs, now, out)
+
+    def _settle(self, rs: RoundState, now: float, out: Output) -> None:
+        if rs is self.main:
+            self._settle_main(now, out)
+        else:
+            self._settle_sc(now, out)
+
+    def _on_stable(self, msg: Message, st: Stable, now: float, out: Output) -> None:
+        self._raise_stability(st.stability, "multicast", msg.round, now, out)
+        rs = self.main if self.level == "global" else self.sc
+        if rs is None:
+            return
+        done = rs.end_round(msg.round, now)
+        if done is not None:
+            self._round_done(self.level if rs is self.main else "sc", rs, done, now, out)
+            self._settle(rs, now, out)
+
+    # ---- data ------------------------------------------------------------------------------------------------
+
+    def _send_data(self, now: float, out: Output) -> None:
+        seq = self.receipts[self.me].r + 1
+        self.receipts[self.me].add(seq)
+        self.buffer.put(self.me, seq, self._payload)
+        msg = Message(MsgType.DATA, self.me, seq, 0, Data(self.me, self._payload))
+        out.send.extend((j, msg) for j in self._everyone_else)
+        self.counters["sent_data"] += 1
+        out.log(now, "data_sent", seq=seq, size=MIN_DATA_SIZE + len(self._payload), fanout=len(self._everyone_else))
+
+    def set_workload(self, active: bool, now: float) -> Output:
+        """Start (until stopped, whatever `stop_s` says) or stop this sender's data messages now."""
+        if self.workload_clock is None:
+            raise ValueError(f"member {self.me} is not a sender")
+        out = Output()
+        if active and self.workload_clock.due == math.inf:
+            self.workload_clock = RateClock(self.workload_clock.interval, now, math.inf, self.rng)
+            out.log(now, "workload_started")
+        elif not active and self.workload_clock.due != math.inf:
+            self.workload_clock.due = math.inf
+            out.log(now, "workload_stopped")
+        return out
+
+    def _on_data(self, msg: Message, d: Data, now: float, out: Output) -> None:
+        if not self.receipts[d.origin].add(msg.seq):
+            self.counters["data_duplicate"] += 1
+            return
+        self.buffer.put(d.origin, msg.seq, d.payload)
+        out.log(now, "data_received", origin=d.origin, seq=msg.seq, sender=msg.sender,
+                repair=msg.type is MsgType.REPAIR)
+
+    def _request_repairs(self, out: Output) -> None:
+        for origin in self.senders:
+            if origin == self.me:
+                continue
+            ranges = self.receipts[origin].missing(NAK_RANGES)
+            if not ranges:
+                continue
+            if self._alive(origin):
+                target = origin
+            elif self._main_peers:
+                target = self.rng.choice(self._main_peers)
+            else:
+                continue
+            out.send.append((target, self._control(MsgType.NAK, self.main.round, Nak(origin, tuple(ranges)))))
+
+    def _on_nak(self, msg: Message, nak: Nak, out: Output) -> None:
+        sent = 0
+        for first, last in nak.ranges:
+            for seq, payload in self.buffer.held(nak.origin, first, last):
+                out.send.append((msg.sender, Message(MsgType.REPAIR, self.me, seq, 0, Data(nak.origin, payload))))
+                self.counters["sent_repair"] += 1
+                sent += 1
+                if sent == REPAIRS_PER_NAK:
+                    return
+
+    # ---- the interface the runtime drives --------------------------------------------------------------------
+
+    def step(self, now: float) -> Output:
+        """One gossip step at the main level: Figure 3's L increment, then Figure 2's gossip to b random live
+        members (of the local group, with local gossip), the Live array beside it, and NAKs for gaps."""
+        out = Output()
+        if self.fd is not None:
+            self._fd_events(self.fd.step(), now, out)
+        self._settle_main(now, out)
+        rs = self.main
+        rs.steps += 1
+        targets = self._sample(self._main_peers)
+        if targets:
+            gossip = self._control(
+                MsgType.GOSSIP, rs.round, Gossip(rs.min_so_far, self.stability, rs.heard, len(self.group))
+            )
+            out.send.extend((t, gossip) for t in targets)
+            if self.fd is not None:
+                live = self._control(MsgType.LIVE, rs.round, Live(bytes(self.fd.live)))
+                out.send.extend((t, live) for t in targets)
+        self._request_repairs(out)
+        return out
+
+    def sc_step(self, now: float) -> Output:
+        """One gossip step among the stability controllers (§5, second phase)."""
+        out = Output()
+        rs = self.sc
+        if rs is None or self.local_stability is None:
+            return out
+        rs.steps += 1
+        self._settle_sc(now, out)
+        targets = self._sample(self._sc_peers)
+        if targets:
+            n_groups = self._all_groups.bit_length()
+            gossip = self._control(
+                MsgType.SC_GOSSIP, rs.round, Gossip(rs.min_so_far, self.stability, rs.heard, n_groups)
+            )
+            out.send.extend((t, gossip) for t in targets)
+            if self.fd is not None:
+                live = self._control(MsgType.LIVE, rs.round, Live(bytes(self.fd.live)))
+                out.send.extend((t, live) for t in targets)
+        return out
+
+    def next_wakeup(self) -> float:
+        due = self.main_clock.due
+        if self.sc_clock is not None:
+            due = min(due, self.sc_clock.due)
+        if self.workload_clock is not None:
+            due = min(due, self.workload_clock.due)
+        return due
+
+    def tick(self, now: float) -> Output:
+        """Run every timer that is due at `now` (each at most once)."""
+        out = Output()
+        if now >= self.main_clock.due:
+            self._merge(out, self.step(now))
+            self._skipped("step", self.main_clock.advance(now), now, out)
+        if self.sc_clock is not None and now >= self.sc_clock.due:
+            self._merge(out, self.sc_step(now))
+            self._skipped("sc_step", self.sc_clock.advance(now), now, out)
+        if self.workload_clock is not None and now >= self.workload_clock.due:
+            self._send_data(now, out)
+            self._skipped("workload", self.workload_clock.advance(now), now, out)
+        return out
+
+    @staticmethod
+    def _merge(into: Output, other: Output) -> None:
+        into.send.extend(other.send)
+        into.events.extend(other.events)
+
+    @staticmethod
+    def _skipped(timer: str, missed: int, now: float, out: Output) -> None:
+        if missed:
+            out.log(now, "steps_skipped", timer=timer, missed=missed)
+
+    def _validate(self, msg: Message) -> None:
+        if not 0 <= msg.sender < self.n or msg.sender == self.me:
+            raise BadMessage(f"sender {msg.sender} is not another member (n={self.n}, me={self.me})")
+        t, body = msg.type, msg.body
+        if isinstance(body, (Data, Nak)):
+            if body.origin not in self.receipts:
+                raise BadMessage(f"{t.name}: origin {body.origin} is not a sender")
+            if t is MsgType.DATA and body.origin != msg.sender:
+                raise BadMessage(f"DATA from {msg.sender} claims origin {body.origin}")
+            if isinstance(body, Data) and msg.seq == 0:
+                raise BadMessage(f"{t.name}: data seq 0 (seqs start at 1)")
+        elif isinstance(body, Live):
+            if len(body.live) != self.n:
+                raise BadMessage(f"LIVE with {len(body.live)} entries, the group has {self.n}")
+        elif len(body.stability) != self.m:
+            raise BadMessage(f"{t.name} with {len(body.stability)} senders, this group has {self.m}")
+        elif isinstance(body, Stable):
+            if self.level == "local" and msg.sender not in self._group_of_sc:
+                raise BadMessage(f"STABLE from {msg.sender}, who is not a stability controller")
+        elif t is MsgType.GOSSIP:
+            if msg.sender not in self._bit_of:
+                raise BadMessage(f"GOSSIP from {msg.sender}, who is not in this member's local group")
+            if body.nbits != len(self.group):
+                raise BadMessage(f"GOSSIP W has {body.nbits} bits, expected {len(self.group)}")
+        else:
+            n_groups = self._all_groups.bit_length()
+            if not self.is_sc or msg.sender not in self._group_of_sc:
+                raise BadMessage(f"SC_GOSSIP from {msg.sender} to {self.me}: both must be stability controllers")
+            if body.nbits != n_groups:
+                raise BadMessage(f"SC_GOSSIP W has {body.nbits} bits, there are {n_groups} groups")
+
+    def receive(self, msg: Message, now: float) -> Output:
+        """Handle one decoded message. BadMessage (before any state changes) if this member cannot accept it."""
+        self._validate(msg)
+        out = Output()
+        self.counters[f"recv_{msg.type.name.lower()}"] += 1
+        if self.fd is not None:
+            self._fd_events(self.fd.heard_from(msg.sender), now, out)
+        body = msg.body
+        if isinstance(body, Gossip):
+            if msg.type is MsgType.GOSSIP:
+                self._on_gossip(msg, body, self.main, self.level, now, out)
+            elif self.sc is not None:
+                self._on_gossip(msg, body, self.sc, "sc", now, out)
+        elif isinstance(body, Live):
+            if self.fd is not None:
+                self._fd_events(self.fd.merge(body.live), now, out)
+        elif isinstance(body, Stable):
+            self._on_stable(msg, body, now, out)
+        elif isinstance(body, Nak):
+            self._on_nak(msg, body, out)
+        else:
+            self._on_data(msg, body, now, out)
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        """The member's state as plain JSON-able data (the control endpoint's `state`)."""
+
+        def round_state(rs: RoundState, members: list[int]) -> dict[str, Any]:
+            return {
+                "round": rs.round,
+                "steps": rs.steps,
+                "started_ts": rs.started,
+                "M": [None if v == MAX_SEQ else v for v in rs.min_so_far],
+                "W": [x for pos, x in enumerate(members) if rs.heard >> pos & 1],
+            }
+
+        state: dict[str, Any] = {
+            "id": self.me,
+            "level": self.level,
+            "senders": self.senders,
+            "R": list(self.r_array()),
+            "S": list(self.stability),
+            self.level: round_state(self.main, self.group),
+            "buffer": {"count": self.buffer.count, "bytes": self.buffer.bytes},
+            "counters": dict(sorted(self.counters.items())),
+        }
+        if self.local_stability is not None:
+            state["local_stability"] = list(self.local_stability)
+        if self.sc is not None:
+            state["sc"] = round_state(self.sc, list(range(self._all_groups.bit_length())))
+        if self.fd is not None:
+            state["failed"] = sorted(self.fd.failed)
+            state["suspected"] = sorted(self.fd.suspected)
+            state["L"] = list(self.fd.live)
+        return state

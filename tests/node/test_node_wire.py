@@ -1,0 +1,134 @@
+"""gossipnode.wire: round trips, sizes, header fields, and rejection of malformed packets."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gossipnode import wire
+from gossipnode.wire import Data, DecodeError, Gossip, Live, Message, MsgType, Nak, Stable
+
+SAMPLES = [
+    Message(MsgType.DATA, 3, 17, 0, Data(3, b"\x00" * 46)),
+    Message(MsgType.REPAIR, 5, 17, 0, Data(3, b"payload")),
+    Message(MsgType.NAK, 4, 9, 2, Nak(1, ((3, 3), (7, 12)))),
+    Message(MsgType.GOSSIP, 1, 10, 7, Gossip((4, 5, wire.MAX_SEQ), (1, 2, 3), 0b1011_0001_1, 9)),
+    Message(MsgType.SC_GOSSIP, 2, 11, 1, Gossip((8,), (6,), 0b101, 3)),
+    Message(MsgType.STABLE, 0, 12, 7, Stable((9, 9, 10))),
+    Message(MsgType.LIVE, 6, 13, 7, Live(bytes([0, 3, 255, 1]))),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.type.name)
+def test_round_trip(msg):
+    assert wire.decode(wire.encode(msg)) == msg
+
+
+def test_header_layout_is_fixed_and_big_endian():
+    packet = wire.encode(Message(MsgType.STABLE, 0x0102, 0x03040506, 0x0708090A, Stable((1,))))
+    assert packet[:16] == b"GS" + bytes([1, MsgType.STABLE, 0x01, 0x02, 3, 4, 5, 6, 7, 8, 9, 10, 0, 6])
+    assert packet[16:] == b"\x00\x01\x00\x00\x00\x01"
+
+
+def test_header_fields_is_a_flat_row():
+    packet = wire.encode(SAMPLES[3])
+    row = wire.header_fields(packet)
+    assert tuple(row) == wire.HEADER_FIELDS
+    assert row == {"version": 1, "type": 4, "type_name": "GOSSIP", "sender": 1, "seq": 10, "round": 7,
+                   "length": len(packet) - 16}
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 25])
+def test_gossip_for_1000_members_and_few_senders_is_under_400_bytes(m):
+    msg = Message(MsgType.GOSSIP, 999, 1, 1, Gossip((7,) * m, (5,) * m, (1 << 1000) - 1, 1000))
+    size = len(wire.encode(msg))
+    assert size == 16 + 4 + 8 * m + 125  # header, m/nbits, M and S (u32 each), 1000-bit W
+    assert size < 400
+
+
+def test_gossip_bitmap_is_lsb_first():
+    packet = wire.encode(Message(MsgType.GOSSIP, 0, 1, 0, Gossip((), (), 1 << 9 | 1, 10)))
+    assert packet[-2:] == bytes([0b0000_0001, 0b0000_0010])
+
+
+def _header(mtype=MsgType.STABLE, length=0, magic=b"GS", version=1):
+    return struct.pack("!2sBBHIIH", magic, version, mtype, 1, 1, 0, length)
+
+
+@pytest.mark.parametrize(
+    ("packet", "reason"),
+    [
+        (b"", "truncated packet: 0 bytes"),
+        (b"GS\x01", "truncated packet: 3 bytes"),
+        (_header(magic=b"XX") + b"\x00\x00", "foreign packet"),
+        (_header(version=2) + b"\x00\x00", "unsupported wire version 2"),
+        (_header(mtype=99) + b"\x00\x00", "unknown message type 99"),
+        (_header(length=0xFFFF) + b"\x00\x00", "truncated: header says the body has 65535 bytes, the packet carries 2"),
+        (_header(length=1) + b"\x00\x00", "trailing bytes"),
+        (_header(length=2) + b"\x00\x05", "STABLE with m=5: body must be 22 bytes"),
+        (_header(MsgType.LIVE, 2) + b"\xff\xff", "LIVE with n=65535"),
+        (_header(MsgType.DATA, 1) + b"\x00", "DATA: body of 1 bytes has no origin"),
+        (_header(MsgType.NAK, 12) + struct.pack("!HHII", 0, 1, 9, 3), "range 9..3 is reversed"),
+        (_header(MsgType.NAK, 4) + struct.pack("!HH", 0, 4000), "NAK with 4000 ranges"),
+        (_header(MsgType.GOSSIP, 5) + struct.pack("!HHB", 0, 4, 0x10), "W has bits set beyond nbits=4"),
+        (_header(MsgType.GOSSIP, 4) + struct.pack("!HH", 0, 0), "W has nbits=0"),
+        (_header(MsgType.GOSSIP, 6) + struct.pack("!HH", 50000, 8) + b"\x00\x00", "m=50000, nbits=8"),
+    ],
+)
+def test_malformed_packets_are_rejected_with_a_reason(packet, reason):
+    with pytest.raises(DecodeError, match=reason.replace(".", r"\.")):
+        wire.decode(packet)
+
+
+def test_decode_error_is_a_value_error():
+    assert issubclass(DecodeError, ValueError)
+
+
+def test_header_fields_checks_the_header_only():
+    body_broken = _header(length=2) + b"\x00\x05"
+    assert wire.header_fields(body_broken)["type_name"] == "STABLE"
+    with pytest.raises(DecodeError, match="foreign"):
+        wire.header_fields(b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        Message(MsgType.DATA, 70000, 1, 0, Data(0, b"")),
+        Message(MsgType.GOSSIP, 0, 1, 0, Gossip((1,), (1, 2), 1, 1)),
+        Message(MsgType.GOSSIP, 0, 1, 0, Gossip((), (), 0b100, 2)),
+        Message(MsgType.STABLE, 0, 1, 0, Live(b"")),
+        Message(MsgType.DATA, 0, 1, 0, Data(0, bytes(70000))),
+    ],
+)
+def test_encode_refuses_what_does_not_fit(msg):
+    with pytest.raises(ValueError):
+        wire.encode(msg)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_fuzz_random_bytes_decode_or_decode_error(packet):
+    try:
+        msg = wire.decode(packet)
+    except DecodeError:
+        return
+    assert wire.encode(msg) == packet  # whatever is accepted is canonical
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(SAMPLES), st.data())
+def test_fuzz_mutated_packets_decode_or_decode_error(msg, data):
+    packet = bytearray(wire.encode(msg))
+    for _ in range(data.draw(st.integers(1, 4))):
+        pos = data.draw(st.integers(0, len(packet) - 1))
+        packet[pos] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(packet)))
+    for candidate in (bytes(packet), bytes(packet[:cut])):
+        try:
+            decoded = wire.decode(candidate)
+        except DecodeError:
+            continue
+        assert wire.encode(decoded) == candidate
