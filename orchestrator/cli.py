@@ -153,13 +153,25 @@ def status(
     out.print(table)
     if len(s["nodes"]) > 50:
         out.print(f"... {len(s['nodes']) - 50} more (--json lists all)")
-    lt = Table("link", "direction", "rate kbit/s", "delay ms", "jitter ms", "loss", "queue")
+    counted = s["shaper_totals"] is not None
+    cols = ["link", "direction", "rate kbit/s", "delay ms", "jitter ms", "loss", "queue"]
+    lt = Table(*cols, *(["packets", "lost", "overflowed", "max queue"] if counted else []))
     for lk in s["links"][:30]:
         for d in ("down", "up"):
             p = lk[d]
-            lt.add_row(lk["id"], d, "cut" if p["cut"] else str(p["rate_kbit"] or "-"), f"{p['delay_ms']:g}",
-                       f"{p['jitter_ms']:g}", f"{p['loss'] * 100:g}%", str(p["queue"] or "-"))
+            row = [lk["id"], d, "cut" if p["cut"] else str(p["rate_kbit"] or "-"), f"{p['delay_ms']:g}",
+                   f"{p['jitter_ms']:g}", f"{p['loss'] * 100:g}%", str(p["queue"] or "-")]
+            c = p.get("counters")
+            if counted:
+                row += [str(c[k]) for k in ("packets", "lost", "overflowed", "max_queue")] if c else ["-"] * 4
+            lt.add_row(*row)
     out.print(lt)
+    if counted:
+        t = s["shaper_totals"]
+        he = t["hold_error"]
+        p99 = f"{he['p99_s'] * 1000:.2f} ms" if he.get("p99_s") is not None else "-"
+        out.print(f"delay line: {t['packets']} packets, kernel drops {t['kernel_drops']}, hold error p99 {p99}, "
+                  f"CPU {t['cpu_s']:.1f} s, RSS {t['rss_bytes'] / 2**20:.0f} MiB")
     if len(s["links"]) > 30:
         out.print(f"... {len(s['links']) - 30} more links (--json lists all)")
 

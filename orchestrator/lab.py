@@ -120,6 +120,10 @@ def status(lab: str) -> dict:
     state = load_state(lab)
     plan = state.load_plan()
     backend = get_backend(state.backend)
+    stats = None
+    if state.shaper == "delayline" and not backend.health(state):
+        stats = backend.shaper_stats(state)
+    per_dir = (stats or {}).get("queues", {})
     links = []
     for lk in plan.links:
         entry = {"id": lk.id, "a": lk.parent, "b": lk.child}
@@ -131,6 +135,10 @@ def status(lab: str) -> dict:
                 "delay_ms": d.delay_s * 1000, "jitter_ms": d.jitter_s * 1000, "loss": d.loss,
                 "queue": d.queue_pkts, "cut": live == "cut",
             }
+            counters = per_dir.get(f"{lk.id}/{direction}")
+            if counters is not None:
+                entry[direction]["counters"] = {k: counters.get(k) for k in (
+                    "packets", "accepted", "lost", "overflowed", "cut_dropped", "max_queue", "queue", "hold_error")}
         links.append(entry)
     return {
         "lab": state.lab, "backend": state.backend, "status": state.status, "shaper": state.shaper,
@@ -138,4 +146,5 @@ def status(lab: str) -> dict:
         "capabilities": state.capabilities, "warnings": state.warnings, "health": backend.health(state),
         "nodes": [{"name": n.name, "role": n.role, "address": n.address, "parent": n.parent} for n in plan.nodes],
         "links": links,
+        "shaper_totals": {k: v for k, v in (stats or {}).items() if k not in ("queues", "kernel")} or None,
     }

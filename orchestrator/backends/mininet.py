@@ -12,16 +12,22 @@ print-and-continue when tc fails (a kernel without netem then silently gets no d
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import signal
 import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 from mininet.node import Node as MininetNode
 
 from orchestrator.backends import netns
 from orchestrator.backends.base import Backend, Progress
-from orchestrator.errors import BackendError
+from orchestrator.errors import BackendError, DelayLineDied
 from orchestrator.plan import Link, NetworkPlan
-from orchestrator.shaping import render
+from orchestrator.shaping import delayline, render
 from orchestrator.shaping.params import DirParams
 from orchestrator.state import LabState
 
@@ -68,13 +74,29 @@ def node_ip_lines(plan: NetworkPlan, node: str) -> list[str]:
     return lines
 
 
-def node_shaping(plan: NetworkPlan, node: str, shaper: str) -> tuple[list[str], list[str]]:
-    """(tc batch lines, iptables mangle rules) for one node's egress interfaces (pure)."""
-    tc, ipt = [], []
-    for dev, params, _, _ in _egress(plan, node):
+def node_shaping(plan: NetworkPlan, node: str, shaper: str) -> tuple[list[str], str | None]:
+    """(tc batch lines, iptables-restore input or None) for one node's egress interfaces (pure)."""
+    tc, rules, queues = [], [], []
+    for queue_num, (dev, params, _, _) in enumerate(_egress(plan, node)):
         tc += render.tc_lines(shaper, dev, params)
-        ipt += render.iptables_lines(shaper, dev, params)
-    return tc, ipt
+        rules += render.iptables_lines(shaper, dev, params)
+        if shaper == "delayline" and not params.is_null():
+            queues.append((dev, queue_num))
+    if queues:
+        return tc, delayline.render_rules(queues)
+    return tc, render.iptables_restore_input(rules) if rules else None
+
+
+def delayline_queues(plan: NetworkPlan, lab: str) -> list[delayline.QueueSpec]:
+    """One delay-line queue per shaped link direction, numbered per namespace as `node_shaping` numbers them."""
+    out = []
+    for n in plan.nodes:
+        for queue_num, (_, params, link, direction) in enumerate(_egress(plan, n.name)):
+            if not params.is_null():
+                out.append(delayline.QueueSpec(id=f"{link.id}/{direction}",
+                                               netns=str(netns.NETNS_DIR / ns_name(lab, n.name)),
+                                               queue_num=queue_num, params=params))
+    return out
 
 
 NODE_SYSCTLS = {
@@ -117,13 +139,24 @@ class MininetBackend(Backend):
         for n in names:
             netns.write_sysctls(ns_name(lab, n), NODE_SYSCTLS)
 
+        if shaper == "delayline":
+            # The queues are bound before any rule exists (a rule without a listener drops: fail closed).
+            progress.note("starting the delay line ...")
+            self._start_delayline(plan, state)
+
         def configure(node: str) -> None:
             ns = ns_name(lab, node)
             netns.ip_batch(node_ip_lines(plan, node), ns)
-            tc, ipt = node_shaping(plan, node, shaper)
+            tc, rules = node_shaping(plan, node, shaper)
             netns.ip_batch(tc, ns, tool="tc")
-            if ipt:
-                netns.iptables_restore(ns, render.iptables_restore_input(ipt))
+            if shaper == "delayline":
+                # One packet per wire packet: no segmentation offloads on shaped interfaces.
+                for dev, params, _, _ in _egress(plan, node):
+                    if not params.is_null():
+                        for argv in delayline.render_iface_prep(dev):
+                            netns.run_checked(["ip", "netns", "exec", ns, *argv], what=f"ethtool in {ns}")
+            if rules:
+                netns.iptables_restore(ns, rules)
 
         progress.start("addresses, routes, shaping", len(names))
         netns.parallel(configure, names, on_done=lambda: progress.advance("addresses, routes, shaping"))
@@ -138,6 +171,8 @@ class MininetBackend(Backend):
         progress.advance("processes")
         if stuck:
             raise BackendError(f"processes {stuck[:5]} inside the lab did not die")
+        # The delay line holds the namespaces' queues: stop it before deleting them.
+        self._stop_delayline(state)
         progress.start("namespaces", len(present))
         netns.delete_namespaces(present)
         progress.advance("namespaces", len(present))
@@ -173,12 +208,22 @@ class MininetBackend(Backend):
         link = next((lk for lk in plan.links if lk.id == link_id), None)
         if link is None:
             raise BackendError(f"no link {link_id!r}")
-        if state.shaper not in ("netem", "tbf"):
-            raise BackendError(f"live link changes are not implemented for shaper {state.shaper!r}")
+        key = f"{link_id}/{direction}"
+        was_cut = state.link_overrides.get(key) == "cut"
+        state.link_overrides[key] = "cut" if params is None else params.to_json()
+        state.save()
+        if state.shaper == "delayline":
+            # Live, packets in flight keep their schedule; a cut also drops what the direction holds.
+            client = self._client(state)
+            if params is None:
+                client.cut(key)
+            else:
+                if was_cut:
+                    client.heal(key)
+                client.set(key, params)
+            return
         node, dev = (link.parent, link.parent_if) if direction == "down" else (link.child, link.child_if)
         ns = ns_name(state.lab, node)
-        state.link_overrides[f"{link_id}/{direction}"] = "cut" if params is None else params.to_json()
-        state.save()
         # del + add, never `change`: on kernel 6.1 `change` keeps an omitted rate/reorder of the old qdisc.
         netns.ip_batch(render.tc_clear_lines(dev), ns, tool="tc", force=True)
         netns.ip_batch(render.tc_lines(state.shaper, dev, params or DirParams()), ns, tool="tc")
@@ -200,12 +245,77 @@ class MininetBackend(Backend):
             problems.append(f"{len(missing)} of {len(state.namespaces)} namespaces are missing (e.g. {missing[0]})")
         if state.delayline:
             pid = state.delayline.get("pid")
-            if not pid or not os.path.exists(f"/proc/{pid}"):
+            if not pid or not _is_delayline(pid, state):
                 problems.append(f"the delay line (pid {pid}) is not running: links are blackholed")
         return problems
 
     def check(self, state: LabState) -> None:
-        return None
+        if state.shaper != "delayline":
+            return
+        pid = (state.delayline or {}).get("pid")
+        if not pid or not _is_delayline(pid, state):
+            raise DelayLineDied(f"the delay line (pid {pid}) is gone: every shaped link is blackholed "
+                                f"(log: {(state.delayline or {}).get('log')})")
+        self._client(state).ping()     # raises DelayLineDied when the kernel dropped queued packets
 
     def shaper_stats(self, state: LabState) -> dict | None:
-        return None
+        if state.shaper != "delayline":
+            return None
+        return self._client(state).stats()
+
+    # --- the delay line ---------------------------------------------------------------------------------------
+    def _client(self, state: LabState) -> delayline.DelayLineClient:
+        if getattr(self, "_dl_client", None) is None or self._dl_client.path != state.delayline["control"]:
+            self._dl_client = delayline.DelayLineClient(state.delayline["control"])
+        return self._dl_client
+
+    def _start_delayline(self, plan: NetworkPlan, state: LabState) -> None:
+        # A short private directory for the control socket (unix socket paths are limited to 108 bytes).
+        sockdir = tempfile.mkdtemp(prefix=f"orch-{state.lab}-")
+        config = state.dir / "delayline.json"
+        state.delayline = {"pid": None, "control": f"{sockdir}/dl.sock", "config": str(config),
+                           "log": str(state.dir / "delayline.log"), "sockdir": sockdir}
+        state.save()
+        queues = delayline_queues(plan, state.lab)
+        config.write_text(json.dumps(delayline.render_config(queues, state.delayline["control"],
+                                                             seed=plan.seed)))
+        proc = delayline.start_delayline(config, rt_priority=50, log_path=state.delayline["log"],
+                                         die_with_parent=False)
+        proc.stdout.close()
+        state.delayline["pid"] = proc.pid
+        state.save()
+
+    def _stop_delayline(self, state: LabState) -> None:
+        if not state.delayline:
+            return
+        pids = {p for p in [state.delayline.get("pid")] if p and _is_delayline(p, state)}
+        pids |= set(_delayline_pids_by_config(state.delayline["config"]))   # also one started but not recorded
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)          # releases what it holds and exits
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{p}").exists() and not netns._is_zombie(p) for p in pids) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        netns.kill_and_wait([p for p in pids if Path(f"/proc/{p}").exists()])
+        shutil.rmtree(state.delayline.get("sockdir", ""), ignore_errors=True)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _is_delayline(pid: int, state: LabState) -> bool:
+    """Is `pid` this lab's delay line (not a recycled pid)?"""
+    return state.delayline is not None and state.delayline["config"] in _cmdline(pid) \
+        and not netns._is_zombie(pid)
+
+
+def _delayline_pids_by_config(config: str) -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()
+            and "orchestrator.shaping.delayline" in _cmdline(int(e.name)) and config in _cmdline(int(e.name))]

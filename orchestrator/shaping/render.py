@@ -2,7 +2,8 @@
 
 Three shapers realise a `DirParams` (DESIGN.md §3):
 - `netem`: one netem qdisc per egress: delay, jitter, loss (or Gilbert-Elliott), rate and limit.
-- `delayline`: iptables NFQUEUE rules; the orchestrator's delay-line process does the rest (see delayline.py).
+- `delayline`: iptables NFQUEUE rules (`delayline.render_rules`); the orchestrator's delay-line process does
+  the rest (see delayline.py).
 - `tbf`: tbf rate + pfifo limit, loss by iptables `statistic`; delay and jitter are NOT emulated.
 
 `tc_lines` returns lines for `tc -batch` (without the leading `tc`); `iptables_lines` returns rule lines for
@@ -78,15 +79,11 @@ def tc_clear_lines(dev: str) -> list[str]:
     return [f"qdisc del dev {dev} root"]
 
 
-def iptables_lines(shaper: str, dev: str, d: DirParams, queue_num: int | None = None) -> list[str]:
-    """Mangle-table POSTROUTING rules for one egress (tbf: statistic loss; delayline: the NFQUEUE)."""
+def iptables_lines(shaper: str, dev: str, d: DirParams) -> list[str]:
+    """Mangle-table POSTROUTING rules for one egress: tbf's random loss (iptables `statistic`). The delay
+    line's NFQUEUE rules are rendered by `delayline.render_rules`."""
     if shaper == "tbf" and d.loss:
         return [f"-A POSTROUTING -o {dev} -m statistic --mode random --probability {d.loss:.8f} -j DROP"]
-    if shaper == "delayline":
-        if queue_num is None:
-            raise ValueError("delayline rules need a queue number")
-        # No --queue-bypass and no fail-open: if the delay line is gone, packets are dropped (fail closed).
-        return [f"-A POSTROUTING -o {dev} -j NFQUEUE --queue-num {queue_num}"]
     return []
 
 

@@ -60,6 +60,8 @@ def test_node_rendering_covers_every_interface():
     lines = node_ip_lines(plan, "h1")
     assert lines[:2] == ["link set lo up", f"addr add {plan.node('h1').address}/32 dev lo"]
     assert sum(1 for x in lines if x.startswith("route add")) == len(plan.routes["h1"]) == 4
-    tc, ipt = node_shaping(plan, "h1", "tbf")
+    tc, rules = node_shaping(plan, "h1", "tbf")
     assert sorted(x.split()[3] for x in tc if "tbf" in x) == ["h1-eth0", "h1-eth1", "h1-eth2", "h1-eth3"]
-    assert len(ipt) == 4
+    assert rules.count("-A POSTROUTING") == 4 and rules.startswith("*mangle")
+    tc, rules = node_shaping(plan, "h1", "delayline")
+    assert tc == [] and rules.count("NFQUEUE --queue-num") == 4

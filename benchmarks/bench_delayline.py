@@ -1,0 +1,333 @@
+"""Load test of the delay line on a balanced tree of network namespaces (needs root).
+
+    python benchmarks/bench_delayline.py N [N ...] [--leaves 40] [--pps 2000] [--seconds 10]
+                                                   [--rate-bps 10000000] [--delay-s 0.005] [--rt-priority 50]
+
+For each N: builds an N-node tree (root has 4 children, every other interior node 3; a /31 per link, O(degree)
+aggregate routes, like shared/tools/raw_tree_floor.py) as namespaces `dlb<i>`, puts a delay line on every link
+direction (2 (N-1) queues, one process), sends `--pps` UDP packets/s (100 B IP) in aggregate from the
+`--leaves` deepest leaves to the root for `--seconds`, and prints: shaper CPU per packet-hop, its RSS, the
+daemon's hold error (actual - scheduled release, p50/p99/max), the end-to-end one-way delay error seen by the
+receiver (against depth x (delay + serialisation)), losses and kernel drops. Everything is removed afterwards,
+also on Ctrl-C / SIGTERM.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrator.shaping import nfqueue as nfq  # noqa: E402
+from orchestrator.shaping.delayline import (  # noqa: E402
+    DelayLineClient,
+    QueueSpec,
+    render_config,
+    render_iface_prep,
+    render_rules,
+    start_delayline,
+    stop_delayline,
+)
+from orchestrator.shaping.params import DirParams  # noqa: E402
+
+PREFIX = "dlb"
+RT_TOOLS = 40  # sender and receiver run SCHED_FIFO below the delay line (50): other load does not skew them
+PORT = 9998
+PAYLOAD = 72  # + 8 UDP + 20 IP = 100 B packets
+_HDR = struct.Struct("!dIi")
+
+# Receiver (own process, real-time, in the root's namespace): one-way delay error of every packet against
+# depth(leaf) x (delay + serialisation); it counts from the first packet with seq >= 0 (the warm-up uses -1)
+# until it has been idle for 1 s. CLOCK_MONOTONIC is one clock for all namespaces.
+RECEIVER = """
+import json, socket, struct, sys, time
+addr, port, per_hop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+depth = {int(k): v for k, v in json.loads(sys.argv[4]).items()}
+hdr = struct.Struct("!dIi")
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 23)
+s.bind((addr, port))
+s.settimeout(0.1)
+print("bound", flush=True)
+errs, last = [], None
+while last is None or time.monotonic() - last < 1.0:
+    try:
+        data = s.recv(2048)
+    except socket.timeout:
+        continue
+    now = time.monotonic()
+    ts, leaf, seq = hdr.unpack_from(data)
+    if seq < 0:
+        continue
+    last = now
+    errs.append(now - ts - depth[leaf] * per_hop)
+errs.sort()
+q = lambda p: errs[min(len(errs) - 1, int(p * len(errs)))]
+print(json.dumps({"received": len(errs), "p50": q(0.5), "p99": q(0.99), "max": errs[-1]}), flush=True)
+"""
+
+
+def ip4(x: int) -> str:
+    return f"{x >> 24 & 255}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
+
+
+class Tree:
+    def __init__(self, n: int, degree: int = 4):
+        self.n = n
+        parent, q, nxt = {0: None}, [0], 1
+        while nxt < n:
+            p = q.pop(0)
+            for _ in range(degree if p == 0 else degree - 1):
+                if nxt >= n:
+                    break
+                parent[nxt] = p
+                q.append(nxt)
+                nxt += 1
+        self.parent = parent
+        self.kids = {i: [] for i in range(n)}
+        for c in range(1, n):
+            self.kids[parent[c]].append(c)
+        self.depth = {0: 0}
+        for c in range(1, n):  # BFS numbering: parents first
+            self.depth[c] = self.depth[parent[c]] + 1
+        need = {}
+        for i in reversed(range(n)):
+            s = sum(need[c] for c in self.kids[i]) + 1
+            need[i] = 1 << (s - 1).bit_length()
+        base, addr = {0: 10 << 24}, {}
+        for i in range(n):
+            off = base[i]
+            for c in sorted(self.kids[i], key=lambda c: -need[c]):
+                base[c] = off
+                off += need[c]
+            addr[i] = off
+        self.need, self.base, self.addr = need, base, addr
+
+    @staticmethod
+    def ns(i: int) -> str:
+        return f"{PREFIX}{i}"
+
+    @staticmethod
+    def link_ip(c: int, end: int) -> str:  # /31 of link parent(c)--c: 0 = parent side, 1 = child side
+        return ip4((172 << 24 | 16 << 16) + 2 * c + end)
+
+    def ifaces(self, i: int) -> list[str]:
+        return ([f"d{i}b"] if i else []) + [f"d{c}a" for c in self.kids[i]]
+
+
+def ip_batch(lines: list[str], ns: str | None = None) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".batch") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        subprocess.run(["ip"] + (["-n", ns] if ns else []) + ["-force", "-batch", f.name], check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def build(t: Tree) -> None:
+    ip_batch([f"netns add {t.ns(i)}" for i in range(t.n)])
+    ip_batch([f"link add d{c}a netns {t.ns(t.parent[c])} type veth peer name d{c}b netns {t.ns(c)}"
+              for c in range(1, t.n)])
+    for i in range(t.n):
+        ls = ["link set lo up", f"addr add {ip4(t.addr[i])}/32 dev lo"] + [f"link set {v} up" for v in t.ifaces(i)]
+        if i:
+            ls += [f"addr add {t.link_ip(i, 1)}/31 dev d{i}b",
+                   f"route add default via {t.link_ip(i, 0)} src {ip4(t.addr[i])}"]
+        for c in t.kids[i]:
+            ls += [f"addr add {t.link_ip(c, 0)}/31 dev d{c}a",
+                   f"route add {ip4(t.base[c])}/{32 - t.need[c].bit_length() + 1} via {t.link_ip(c, 1)} "
+                   f"src {ip4(t.addr[i])}"]
+        ip_batch(ls, t.ns(i))
+        with nfq.in_netns(f"/run/netns/{t.ns(i)}"):  # the rendered sysctls, written in-process (fast)
+            for path, v in (("net/ipv4/ip_forward", "1"), ("net/ipv6/conf/all/disable_ipv6", "1"),
+                            ("net/ipv6/conf/default/disable_ipv6", "1")):
+                with open(f"/proc/sys/{path}", "w") as f:
+                    f.write(v)
+
+
+def queues(t: Tree, params: DirParams) -> tuple[list[QueueSpec], dict[int, list[tuple[str, int]]]]:
+    specs, per_ns = [], {i: [] for i in range(t.n)}
+    for c in range(1, t.n):
+        for i, ifname, qid in ((t.parent[c], f"d{c}a", f"{c}down"), (c, f"d{c}b", f"{c}up")):
+            qn = len(per_ns[i])
+            per_ns[i].append((ifname, qn))
+            specs.append(QueueSpec(qid, f"/run/netns/{t.ns(i)}", qn, params))
+    return specs, per_ns
+
+
+def prepare_ns(ns: str, ifq: list[tuple[str, int]]) -> None:
+    script = "; ".join(" ".join(a) for i, _ in ifq for a in render_iface_prep(i)) + "; iptables-restore --noflush"
+    subprocess.run(["ip", "netns", "exec", ns, "sh", "-ec", script], input=render_rules(ifq), text=True,
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def teardown(t: Tree | None, proc, client) -> None:
+    if proc is not None:
+        try:
+            stop_delayline(proc, client, timeout=20)
+        except Exception:  # noqa: BLE001
+            proc.kill()
+            proc.wait()
+    if t is not None:
+        present = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+        gone = [f"netns del {t.ns(i)}" for i in range(t.n) if t.ns(i) in present]
+        if gone:
+            ip_batch(gone)
+
+
+def rss_kb(pid: int) -> tuple[int, int]:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0])
+    return out["VmRSS"], out["VmHWM"]
+
+
+def run(n: int, args, tmp: Path) -> dict:
+    t = proc = client = rx = None
+    try:
+        t = Tree(n)
+        t0 = time.monotonic()
+        build(t)
+        t_build = time.monotonic() - t0
+        params = DirParams(rate_bps=args.rate_bps, delay_s=args.delay_s, queue_pkts=args.queue)
+        specs, per_ns = queues(t, params)
+        cfg = tmp / f"dl{n}.json"
+        cfg.write_text(json.dumps(render_config(specs, control=str(tmp / f"dl{n}.sock"))))
+        t0 = time.monotonic()
+        proc = start_delayline(cfg, rt_priority=args.rt_priority, timeout=300)
+        t_bind = time.monotonic() - t0
+        client = DelayLineClient(proc.control_path, timeout=60)
+        idle_rss = rss_kb(proc.pid)[0]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=args.jobs) as ex:
+            list(ex.map(lambda i: prepare_ns(t.ns(i), per_ns[i]), [i for i in range(n) if per_ns[i]]))
+        t_rules = time.monotonic() - t0
+
+        # traffic: the deepest leaves -> root
+        leaves = sorted((i for i in range(n) if not t.kids[i]), key=lambda i: (-t.depth[i], i))[: args.leaves]
+        socks = []
+        for i in leaves:
+            with nfq.in_netns(f"/run/netns/{t.ns(i)}"):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append((i, s))
+        ser = (100 + 14) * 8 / args.rate_bps
+        rx = subprocess.Popen(
+            ["ip", "netns", "exec", t.ns(0), "chrt", "-f", str(RT_TOOLS), sys.executable, "-c", RECEIVER,
+             ip4(t.addr[0]), str(PORT), repr(args.delay_s + ser), json.dumps({i: t.depth[i] for i in leaves})],
+            stdout=subprocess.PIPE, text=True)
+        assert rx.stdout.readline().strip() == "bound"
+        dst = (ip4(t.addr[0]), PORT)
+        pad = b"\0" * (PAYLOAD - _HDR.size)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_TOOLS))
+
+        def send_for(seconds: float, seq0: int) -> int:
+            sent, k, start = 0, 0, time.monotonic()
+            total = int(seconds * args.pps)
+            while sent < total:
+                due = start + sent / args.pps
+                d = due - time.monotonic()
+                if d > 0:
+                    time.sleep(d)
+                leaf, s = socks[k]
+                k = (k + 1) % len(socks)
+                s.sendto(_HDR.pack(time.monotonic(), leaf, seq0 if seq0 < 0 else seq0 + sent) + pad, dst)
+                sent += 1
+            return sent
+
+        send_for(1.0, -1)  # warm-up (ARP, caches)
+        time.sleep(0.5)
+        before = client.stats(ids=[], reset=True, kernel=False)
+        sent = send_for(args.seconds, 0)
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        time.sleep(max(0.5, 3 * max(t.depth.values()) * (args.delay_s + ser)))
+        after = client.stats(ids=[], kernel=False)
+        e2e = json.loads(rx.communicate(timeout=60)[0])
+        full = client.stats(kernel=True)
+        rss, hwm = rss_kb(proc.pid)
+        hops = after["packets"] - before["packets"]
+        cpu = after["cpu_s"] - before["cpu_s"]
+        res = {
+            "N": n, "queues": len(specs), "leaves": len(leaves), "max_depth": max(t.depth.values()),
+            "build_s": round(t_build, 2), "bind_s": round(t_bind, 2), "rules_s": round(t_rules, 2),
+            "sent": sent, "received": e2e["received"], "packet_hops": hops,
+            "packet_hops_per_s": round(hops / args.seconds),
+            "cpu_s": round(cpu, 3), "cpu_us_per_packet_hop": round(cpu / hops * 1e6, 1) if hops else None,
+            "cpu_share": round(cpu / (args.seconds + 0.5), 3),
+            "cpu_user_share": round((after["cpu_user_s"] - before["cpu_user_s"]) / cpu, 2) if cpu else None,
+            "wakeups_per_s": round((after["wakeups"] - before["wakeups"]) / args.seconds),
+            "rss_idle_mb": round(idle_rss / 1024, 1), "rss_mb": round(rss / 1024, 1),
+            "rss_peak_mb": round(hwm / 1024, 1),
+            "hold_error_p50_ms": round(after["hold_error"]["p50_s"] * 1e3, 3),
+            "hold_error_p99_ms": round(after["hold_error"]["p99_s"] * 1e3, 3),
+            "hold_error_max_ms": round(after["hold_error"]["max_s"] * 1e3, 3),
+            "hold_error_min_ms": round(after["hold_error"]["min_s"] * 1e3, 3),
+            "e2e_error_p50_ms": round(e2e["p50"] * 1e3, 3), "e2e_error_p99_ms": round(e2e["p99"] * 1e3, 3),
+            "e2e_error_max_ms": round(e2e["max"] * 1e3, 3),
+            "e2e_error_per_hop_p50_ms": round(e2e["p50"] * 1e3 / statistics.mean(t.depth[i] for i in leaves), 3),
+            "overflowed": sum(v["overflowed"] for v in full["queues"].values()),
+            "lost": sum(v["lost"] for v in full["queues"].values()),
+            "kernel_drops": full["kernel_drops"], "fatal": full["fatal"],
+            "timer_advance_us": round(after["timer_advance_s"] * 1e6, 1),
+        }
+        for _, s in socks:
+            s.close()
+        return res
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        if proc is not None:  # what the daemon logged about late releases / kernel drops
+            with open(proc.log_path, errors="replace") as f:
+                for line in f:
+                    if "late release" in line or "FATAL" in line:
+                        print(f"# delayline: {line.rstrip()}", file=sys.stderr)
+        if rx is not None and rx.poll() is None:
+            rx.kill()
+            rx.wait()
+        t0 = time.monotonic()
+        teardown(t, proc, client)
+        if t is not None:
+            print(f"# N={n}: removed in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("n", type=int, nargs="+", help="tree sizes, e.g. 200 1000")
+    ap.add_argument("--leaves", type=int, default=40)
+    ap.add_argument("--pps", type=float, default=2000)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--rate-bps", type=int, default=10_000_000)
+    ap.add_argument("--delay-s", type=float, default=0.005)
+    ap.add_argument("--queue", type=int, default=1000)
+    ap.add_argument("--rt-priority", type=int, default=50)
+    ap.add_argument("--jobs", type=int, default=8, help="parallel namespace preparations")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root", file=sys.stderr)
+        return 2
+    present = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    if any(p.startswith(PREFIX) and p[len(PREFIX):].isdigit() for p in present):
+        print(f"namespaces {PREFIX}* exist already (another run?); remove them first", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with tempfile.TemporaryDirectory(prefix="bench-dl-") as d:
+        for n in args.n:
+            res = run(n, args, Path(d))
+            print(json.dumps(res))
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

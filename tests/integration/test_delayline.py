@@ -1,0 +1,552 @@
+"""The delay line against namespaces built here (prefix `dlt`), measured with ping and UDP against expectations
+computed from the link parameters. Every namespace, veth and process is removed in the fixture's teardown."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import DelayLineDied, OrchestratorError
+from orchestrator.shaping.delayline import (
+    DelayLineClient,
+    QueueSpec,
+    check_delayline,
+    netns_exec,
+    render_config,
+    render_netns_prep,
+    render_rules,
+    render_unrules,
+    start_delayline,
+    stop_delayline,
+)
+from orchestrator.shaping.params import L2_OVERHEAD_BYTES, DirParams, GilbertElliott
+
+_COUNTER = itertools.count()
+# Measuring tools run real-time (below the delay line's 50), so that other load on a shared machine does not
+# add scheduling delay to what they measure.
+RT = ["chrt", "-f", "40"]
+
+
+def _run(argv: list[str], input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, input=input, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+class Lab:
+    """Namespaces joined by veth pairs, plus the delay line serving them."""
+
+    def __init__(self, tmp: Path):
+        self.tag = f"dlt{os.getpid() % 1000:03d}{next(_COUNTER)}"
+        self.tmp = tmp
+        self.namespaces: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+        self.dl: subprocess.Popen | None = None
+        self.client: DelayLineClient | None = None
+        self.queues: list[QueueSpec] = []
+        self.ifq: dict[str, list[tuple[str, int]]] = {}  # netns -> [(ifname, queue_num)]
+
+    def ns(self, short: str) -> str:
+        name = f"{self.tag}{short}"
+        if name not in self.namespaces:
+            _run(["ip", "netns", "add", name])
+            self.namespaces.append(name)
+            _run(["ip", "-n", name, "link", "set", "lo", "up"])
+            for argv in render_netns_prep([]):
+                _run(netns_exec(name, argv))
+        return name
+
+    def link(self, a: str, a_if: str, a_ip: str, b: str, b_if: str, b_ip: str) -> None:
+        A, B = self.ns(a), self.ns(b)
+        _run(["ip", "link", "add", a_if, "netns", A, "type", "veth", "peer", "name", b_if, "netns", B])
+        for n, i, ip in ((A, a_if, a_ip), (B, b_if, b_ip)):
+            _run(["ip", "-n", n, "addr", "add", f"{ip}/31", "dev", i])
+            _run(["ip", "-n", n, "link", "set", i, "up"])
+            for argv in render_netns_prep([i])[2:]:  # the sysctls ran when the namespace was made
+                _run(netns_exec(n, argv))
+
+    def shape(self, qid: str, short: str, ifname: str, params: DirParams) -> QueueSpec:
+        n = self.ns(short)
+        qn = len(self.ifq.setdefault(n, []))
+        self.ifq[n].append((ifname, qn))
+        q = QueueSpec(id=qid, netns=f"/run/netns/{n}", queue_num=qn, params=params)
+        self.queues.append(q)
+        return q
+
+    def start(self, extra_config: dict | None = None, rules: bool = True) -> None:
+        cfg = render_config(self.queues, control=str(self.tmp / "dl.sock"), stats_file=str(self.tmp / "stats.json"))
+        cfg.update(extra_config or {})
+        (self.tmp / "dl.json").write_text(json.dumps(cfg))
+        self.dl = start_delayline(self.tmp / "dl.json", rt_priority=50)
+        self.client = DelayLineClient(self.dl.control_path)
+        if rules:
+            self.apply_rules()
+
+    def apply_rules(self) -> None:
+        for n, qs in self.ifq.items():
+            _run(netns_exec(n, ["iptables-restore", "--noflush"]), input=render_rules(qs))
+
+    def remove_rules(self) -> None:
+        for n, qs in self.ifq.items():
+            _run(netns_exec(n, ["iptables-restore", "--noflush"]), input=render_unrules(qs))
+
+    def sh(self, short: str, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        return _run(netns_exec(self.ns(short), argv), check=check)
+
+    def spawn(self, short: str, argv: list[str]) -> subprocess.Popen:
+        p = subprocess.Popen(netns_exec(self.ns(short), argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        self.procs.append(p)
+        return p
+
+    def ping(self, short: str, dst: str, count: int, interval: float, size: int = 56,
+             wait: float = 2.0) -> tuple[int, list[float]]:
+        """(received, per-reply RTTs in seconds)."""
+        r = self.sh(short, RT + ["ping", "-n", "-c", str(count), "-i", str(interval), "-s", str(size), "-W", str(wait),
+                            dst], check=False)
+        m = re.search(r"(\d+) received", r.stdout)
+        assert m, r.stdout + r.stderr
+        return int(m.group(1)), [float(x) / 1000 for x in re.findall(r"time=([\d.]+) ms", r.stdout)]
+
+    def teardown(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+        if self.dl is not None:
+            try:
+                stop_delayline(self.dl, self.client, timeout=5)
+            except Exception:  # noqa: BLE001 - teardown must go on
+                self.dl.kill()
+                self.dl.wait()
+        if self.client:
+            self.client.close()
+        for n in self.namespaces:
+            _run(["ip", "netns", "del", n], check=False)
+        left = [n for n in _run(["ip", "netns", "list"]).stdout.split() if n.startswith(self.tag)]
+        assert not left, f"namespaces left behind: {left}"
+        assert self.dl is None or self.dl.poll() is not None
+
+
+@pytest.fixture
+def lab(tmp_path):
+    lb = Lab(tmp_path)
+    try:
+        yield lb
+    finally:
+        lb.teardown()
+
+
+def chain(lab: Lab, params: DirParams) -> None:
+    """a -- b -- c, b routes; every egress shaped with `params`. a is 10.9.0.0, c is 10.9.1.1."""
+    lab.link("a", "eth0", "10.9.0.0", "b", "eth0", "10.9.0.1")
+    lab.link("b", "eth1", "10.9.1.0", "c", "eth0", "10.9.1.1")
+    lab.sh("a", ["ip", "route", "add", "default", "via", "10.9.0.1"])
+    lab.sh("c", ["ip", "route", "add", "default", "via", "10.9.1.0"])
+    lab.sh("b", ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+    lab.shape("a>b", "a", "eth0", params)
+    lab.shape("b>a", "b", "eth0", params)
+    lab.shape("b>c", "b", "eth1", params)
+    lab.shape("c>b", "c", "eth0", params)
+
+
+def pair(lab: Lab, ab: DirParams, ba: DirParams | None = None) -> None:
+    """a -- b (10.9.0.0 -- 10.9.0.1); a>b shaped with `ab`, b>a with `ba` when given."""
+    lab.link("a", "eth0", "10.9.0.0", "b", "eth0", "10.9.0.1")
+    lab.shape("a>b", "a", "eth0", ab)
+    if ba is not None:
+        lab.shape("b>a", "b", "eth0", ba)
+
+
+UDP_RECEIVER = textwrap.dedent("""
+    import socket, sys, time
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+    s.bind(("0.0.0.0", 9999))
+    print("bound", flush=True)
+    idle, total = float(sys.argv[1]), float(sys.argv[2])
+    n, t0, last = 0, time.monotonic(), None
+    s.settimeout(0.05)
+    while time.monotonic() - t0 < total and (last is None or time.monotonic() - last < idle):
+        try:
+            s.recv(2048)
+        except socket.timeout:
+            continue
+        n += 1
+        last = time.monotonic()
+    print(n, flush=True)
+""")
+
+UDP_SENDER = textwrap.dedent("""
+    import socket, sys, time
+    dst, n, payload = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    data = b"x" * payload
+    t0 = time.monotonic()
+    for _ in range(n):
+        s.sendto(data, (dst, 9999))
+    print(time.monotonic() - t0, flush=True)
+""")
+
+
+UDP_TIMED_RECEIVER = textwrap.dedent("""
+    import json, socket, struct, sys, time
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+    s.bind(("0.0.0.0", 9999))
+    print("bound", flush=True)
+    idle, total = float(sys.argv[1]), float(sys.argv[2])
+    out, t0, last = [], time.monotonic(), None
+    s.settimeout(0.05)
+    while time.monotonic() - t0 < total and (last is None or time.monotonic() - last < idle):
+        try:
+            data = s.recv(2048)
+        except socket.timeout:
+            continue
+        last = time.monotonic()
+        seq, ts = struct.unpack_from("!Id", data)
+        out.append((seq, last - ts))  # CLOCK_MONOTONIC is one clock for every namespace
+    print(json.dumps(out), flush=True)
+""")
+
+UDP_PACED_SENDER = textwrap.dedent("""
+    import socket, struct, sys, time
+    dst, n, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    pad = b"x" * 60
+    t0 = time.monotonic()
+    for i in range(n):
+        d = t0 + i * gap - time.monotonic()
+        if d > 0:
+            time.sleep(d)
+        s.sendto(struct.pack("!Id", i, time.monotonic()) + pad, (dst, 9999))
+""")
+
+
+def timed_flow(lab: Lab, n: int, gap: float) -> list[tuple[int, float]]:
+    """n timestamped UDP datagrams a -> b every `gap` s; returns [(seq, one-way delay)] in arrival order."""
+    rx = lab.spawn("b", RT + [sys.executable, "-c", UDP_TIMED_RECEIVER, "1.0", str(n * gap + 20)])
+    assert rx.stdout.readline().strip() == "bound"
+    lab.sh("a", RT + [sys.executable, "-c", UDP_PACED_SENDER, "10.9.0.1", str(n), str(gap)])
+    return [tuple(x) for x in json.loads(rx.communicate(timeout=n * gap + 30)[0])]
+
+
+def udp_receiver(lab: Lab, short: str, idle: float, total: float) -> subprocess.Popen:
+    p = lab.spawn(short, RT + [sys.executable, "-c", UDP_RECEIVER, str(idle), str(total)])
+    assert p.stdout.readline().strip() == "bound"
+    return p
+
+
+def udp_burst(lab: Lab, short: str, dst: str, n: int, ip_bytes: int) -> float:
+    """Send n UDP datagrams of `ip_bytes` (IP header included) as fast as possible; return the burst's duration."""
+    r = lab.sh(short, RT + [sys.executable, "-c", UDP_SENDER, dst, str(n), str(ip_bytes - 28)])
+    return float(r.stdout.strip())
+
+
+def consistent(st: dict) -> bool:
+    return st["packets"] == st["accepted"] + st["lost"] + st["overflowed"] + st["cut_dropped"] + st["held"]
+
+
+# ------------------------------------------------------------------------------------------------ pure rendering
+def test_render_rules_roundtrip_text():
+    qs = [("eth0", 0), ("h3-eth1", 7)]
+    r = render_rules(qs)
+    assert r.splitlines() == [
+        "*mangle",
+        "-A POSTROUTING -o eth0 -m comment --comment delayline -j NFQUEUE --queue-num 0",
+        "-A POSTROUTING -o h3-eth1 -m comment --comment delayline -j NFQUEUE --queue-num 7",
+        "COMMIT",
+    ]
+    assert "--queue-bypass" not in r and "fail" not in r
+    assert render_unrules(qs).replace("-D POSTROUTING", "-A POSTROUTING") == r
+    with pytest.raises(ValueError):
+        render_rules([("eth0; rm -rf /", 0)])
+    with pytest.raises(ValueError):
+        render_rules([("eth0", 70000)])
+
+
+def test_render_prep_and_config():
+    prep = render_netns_prep(["eth0", "eth1"])
+    assert ["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"] in prep
+    assert ["ethtool", "-K", "eth1", "tso", "off", "gso", "off", "gro", "off"] in prep
+    q = QueueSpec("h1-eth0", "/run/netns/h1", 0, DirParams(rate_bps=30_000, delay_s=0.005, queue_pkts=64,
+                                                           gemodel=GilbertElliott(p=0.01, r=0.3)))
+    cfg = render_config([q], control="/tmp/x.sock")
+    assert QueueSpec.from_json(json.loads(json.dumps(cfg))["queues"][0]) == q
+
+
+# ------------------------------------------------------------------------------------------------ on namespaces
+@pytest.mark.root
+def test_chain_rtt_5ms_per_direction(lab):
+    chain(lab, DirParams(delay_s=0.005))
+    lab.start()
+    lab.ping("a", "10.9.1.1", 3, 0.05)  # ARP warm-up
+    got, rtts = lab.ping("a", "10.9.1.1", 50, 0.02)
+    med = statistics.median(rtts)
+    expected = 4 * 0.005  # a>b, b>c, c>b, b>a
+    print(f"a<->c RTT median {med * 1e3:.3f} ms (expected {expected * 1e3:.1f}), n={got}")
+    assert got == 50
+    assert abs(med - expected) <= 0.001
+    st = lab.client.stats()
+    assert st["kernel_drops"] == 0 and not st["fatal"]
+    for qid in ("a>b", "b>c", "c>b", "b>a"):
+        q = st["queues"][qid]
+        assert q["packets"] >= 53 and consistent(q)
+        assert q["hold_error"]["count"] >= 53 and q["hold_error"]["p50_s"] < 0.001
+
+
+@pytest.mark.root
+def test_chain_rate_and_delay_30kbit(lab):
+    p = DirParams(rate_bps=30_000, delay_s=0.005, queue_pkts=64)
+    chain(lab, p)
+    lab.start()
+    lab.ping("a", "10.9.1.1", 2, 0.3, size=72)
+    for dst, hops in (("10.9.0.1", 1), ("10.9.1.1", 2)):
+        got, rtts = lab.ping("a", dst, 10, 0.3, size=72)  # 72 B ICMP data = 100 B IP packets
+        expected = 2 * hops * (0.005 + (100 + L2_OVERHEAD_BYTES) * 8 / 30_000)
+        med = statistics.median(rtts)
+        print(f"{hops} hop(s): RTT median {med * 1e3:.2f} ms, expected {expected * 1e3:.2f} ms")
+        assert got == 10
+        assert abs(med - expected) <= 0.03 * expected
+
+
+@pytest.mark.root
+def test_bernoulli_loss_within_3_sigma(lab):
+    pair(lab, DirParams(loss=0.01))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 2, 0.05)
+    n = 2000
+    for loss in (0.01, 0.10):
+        lab.client.set("a>b", DirParams(loss=loss))
+        before = lab.client.stats(["a>b"])["queues"]["a>b"]
+        got, _ = lab.ping("a", "10.9.0.1", n, 0.002, wait=1)
+        after = lab.client.stats(["a>b"])["queues"]["a>b"]
+        lost = n - got
+        mean, sd = n * loss, math.sqrt(n * loss * (1 - loss))
+        print(f"loss {loss:.0%}: {lost}/{n} lost, expected {mean:.0f} +- {3 * sd:.1f}")
+        assert abs(lost - mean) <= 3 * sd
+        assert after["lost"] - before["lost"] == lost  # the daemon's count is what ping saw
+        assert after["packets"] - before["packets"] == n
+
+
+@pytest.mark.root
+def test_gilbert_elliott_loss_rate(lab):
+    # stationary loss of the 2-state chain: pi_bad = p / (p + r)
+    ge = GilbertElliott(p=0.05, r=0.45, loss_bad=1.0, loss_good=0.0)
+    pair(lab, DirParams(gemodel=ge))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 2, 0.05)
+    before = lab.client.stats(["a>b"])["queues"]["a>b"]
+    n = 2000
+    got, _ = lab.ping("a", "10.9.0.1", n, 0.002, wait=1)
+    lost = n - got - 0
+    pi = ge.p / (ge.p + ge.r)
+    # bursts make the count over-dispersed: variance ~ n pi (1-pi) (1 + 2 (1-p-r)/(p+r))
+    sd = math.sqrt(n * pi * (1 - pi) * (1 + 2 * (1 - ge.p - ge.r) / (ge.p + ge.r)))
+    print(f"GE loss: {lost}/{n} lost, expected {n * pi:.0f} +- {3 * sd:.1f}")
+    assert abs(lost - n * pi) <= 3 * sd
+    after = lab.client.stats(["a>b"])["queues"]["a>b"]
+    assert after["lost"] - before["lost"] == lost
+
+
+@pytest.mark.root
+def test_overload_fills_queue_and_drops_the_rest(lab):
+    rate, size, burst, qlen = 30_000, 100, 500, 64
+    pair(lab, DirParams(rate_bps=rate, delay_s=0.005, queue_pkts=qlen))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 1, 0.2)  # ARP
+    base = lab.client.stats(["a>b"])["queues"]["a>b"]
+    rx = udp_receiver(lab, "b", idle=1.0, total=30)
+    duration = udp_burst(lab, "a", "10.9.0.1", burst, size)
+    received = int(rx.communicate(timeout=40)[0].strip())
+    st = lab.client.stats(["a>b"])["queues"]["a>b"]
+    ser = (size + L2_OVERHEAD_BYTES) * 8 / rate
+    drained_max = math.ceil(duration / ser) + 1  # departures during the burst free queue slots
+    overflowed = st["overflowed"] - base["overflowed"]
+    print(f"burst {burst} in {duration * 1e3:.1f} ms: overflowed {overflowed}, received {received}, "
+          f"max_queue {st['max_queue']}, expected overflow in [{burst - qlen - drained_max}, {burst - qlen}]")
+    assert burst - qlen - drained_max <= overflowed <= burst - qlen
+    assert st["max_queue"] == qlen
+    assert received == burst - overflowed
+    assert st["accepted"] - base["accepted"] == received
+    assert consistent(st) and st["held"] == 0 and st["queue"] == 0
+
+
+@pytest.mark.root
+def test_set_cut_heal(lab):
+    five = DirParams(delay_s=0.005)
+    pair(lab, five, five)
+    lab.start()
+    lab.ping("a", "10.9.0.1", 2, 0.05)
+    _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
+    assert abs(statistics.median(rtts) - 0.010) <= 0.001
+    lab.client.set("a>b", DirParams(delay_s=0.025))
+    _, rtts = lab.ping("a", "10.9.0.1", 20, 0.05)
+    med_set = statistics.median(rtts)
+    assert abs(med_set - 0.030) <= 0.001
+    lab.client.cut("a>b")
+    got, _ = lab.ping("a", "10.9.0.1", 10, 0.02, wait=1)
+    assert got == 0
+    assert lab.client.stats(["a>b"])["queues"]["a>b"]["cut_dropped"] >= 10
+    lab.client.heal("a>b")
+    got, rtts = lab.ping("a", "10.9.0.1", 20, 0.05)
+    med_heal = statistics.median(rtts)
+    print(f"RTT 10 ms -> set 25 ms: {med_set * 1e3:.2f} ms; cut: 0/10; healed: {med_heal * 1e3:.2f} ms")
+    assert got == 20 and abs(med_heal - 0.030) <= 0.001  # healed to the params it had before the cut
+
+
+@pytest.mark.root
+def test_cut_drops_packets_already_queued(lab):
+    rate, size, n = 30_000, 100, 20
+    pair(lab, DirParams(rate_bps=rate, delay_s=0.005, queue_pkts=64))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 1, 0.2)
+    rx = udp_receiver(lab, "b", idle=1.0, total=10)
+    udp_burst(lab, "a", "10.9.0.1", n, size)
+    time.sleep(0.1)
+    r = lab.client.cut("a>b")
+    received = int(rx.communicate(timeout=20)[0].strip())
+    st = lab.client.stats(["a>b"])["queues"]["a>b"]
+    # by 0.1 s about 0.1 / ser = 3 packets were serialised and delayed out; the rest was dropped by the cut
+    print(f"cut after 0.1 s: {r['dropped_held']} held packets dropped, {received} delivered")
+    assert r["dropped_held"] >= n - 6
+    assert received + r["dropped_held"] == n
+    assert st["held"] == 0 and st["queue"] == 0 and consistent(st)
+
+
+@pytest.mark.root
+def test_add_queue_at_runtime(lab):
+    pair(lab, DirParams(delay_s=0.005))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 2, 0.05)
+    _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
+    assert abs(statistics.median(rtts) - 0.005) <= 0.001
+    q = lab.shape("b>a", "b", "eth0", DirParams(delay_s=0.010))
+    assert lab.client.add([q])["added"] == ["b>a"]
+    _run(netns_exec(lab.ns("b"), ["iptables-restore", "--noflush"]), input=render_rules([("eth0", q.queue_num)]))
+    _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
+    assert abs(statistics.median(rtts) - 0.015) <= 0.001
+    with pytest.raises(OrchestratorError, match="duplicate"):
+        lab.client.add([q])
+
+
+@pytest.mark.root
+def test_sigkill_fails_closed_and_is_reported(lab):
+    pair(lab, DirParams(delay_s=0.005))
+    lab.start()
+    got, _ = lab.ping("a", "10.9.0.1", 5, 0.02)
+    assert got == 5
+    check_delayline(lab.dl, lab.client)
+    os.kill(lab.dl.pid, signal.SIGKILL)
+    lab.dl.wait()
+    got, _ = lab.ping("a", "10.9.0.1", 10, 0.02, wait=1)
+    assert got == 0  # nothing gets through undelayed
+    with pytest.raises(DelayLineDied, match="signal 9"):
+        check_delayline(lab.dl, lab.client)
+    with pytest.raises(DelayLineDied):
+        lab.client.ping()
+    lab.remove_rules()  # the orchestrator's teardown: after it, the namespace is not blackholed
+    got, _ = lab.ping("a", "10.9.0.1", 5, 0.02)
+    assert got == 5
+
+
+@pytest.mark.root
+def test_kernel_queue_drops_are_fatal(lab):
+    # a kernel queue of 8 packets with a 1 s delay: a burst of 30 overflows it inside the kernel
+    pair(lab, DirParams(delay_s=1.0))
+    lab.start(extra_config={"kernel_maxlen": 8})
+    udp_burst(lab, "a", "10.9.0.1", 30, 100)
+    deadline = time.monotonic() + 5
+    with pytest.raises(DelayLineDied, match="queue_dropped=22"):
+        while time.monotonic() < deadline:
+            lab.client.ping()
+            time.sleep(0.1)
+    assert lab.client.stats()["kernel_drops"] == 22
+
+
+@pytest.mark.root
+def test_sigterm_releases_held_packets_and_writes_stats(lab):
+    pair(lab, DirParams(delay_s=5.0))
+    lab.start()
+    rx = udp_receiver(lab, "b", idle=0.5, total=10)
+    udp_burst(lab, "a", "10.9.0.1", 5, 100)
+    time.sleep(0.2)
+    assert lab.client.stats()["held"] == 5
+    t0 = time.monotonic()
+    lab.dl.send_signal(signal.SIGTERM)
+    assert lab.dl.wait(timeout=5) == 0
+    received = int(rx.communicate(timeout=10)[0].strip())
+    assert received == 5 and time.monotonic() - t0 < 3  # released at once, not after the 5 s delay
+    st = json.loads((lab.tmp / "stats.json").read_text())
+    assert st["queues"]["a>b"]["accepted"] == 5
+    assert not os.path.exists(lab.dl.control_path)
+
+
+@pytest.mark.root
+def test_startup_error_is_reported(lab, tmp_path):
+    cfg = render_config([QueueSpec("x", "/run/netns/dlt-does-not-exist", 0)], control=str(tmp_path / "c.sock"))
+    (tmp_path / "bad.json").write_text(json.dumps(cfg))
+    with pytest.raises(DelayLineDied, match="dlt-does-not-exist"):
+        start_delayline(tmp_path / "bad.json", rt_priority=None)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("dist", ["uniform", "normal"])
+def test_jitter_spreads_delay_and_keeps_fifo(lab, dist):
+    delay, jitter = 0.010, 0.002
+    pair(lab, DirParams(delay_s=delay, jitter_s=jitter, jitter_dist=dist))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 1, 0.2)
+    # widely spaced: the delay distribution itself (FIFO never binds at 20 ms spacing)
+    got = timed_flow(lab, 200, 0.020)
+    d = sorted(x[1] for x in got)
+    # robust statistics: a sender descheduled between its timestamp and its send makes a rare outlier
+    q = lambda p: d[int(p * (len(d) - 1))]  # noqa: E731
+    iqr = q(0.75) - q(0.25)
+    expected_iqr = jitter if dist == "uniform" else 1.349 * jitter
+    print(f"{dist} jitter: one-way median {q(0.5) * 1e3:.2f} ms (expected {delay * 1e3:.0f}), IQR {iqr * 1e3:.2f} ms "
+          f"(expected {expected_iqr * 1e3:.2f}), p3..p97 [{q(0.03) * 1e3:.2f}, {q(0.97) * 1e3:.2f}] ms")
+    assert len(got) == 200
+    # tolerances: the one-way path outside the hold (wake-ups of the delay line and of the receiver) adds
+    # 0.1-0.6 ms and some noise on this kind of VM; the hold itself is checked offline to be unbiased
+    assert abs(q(0.5) - delay) <= 0.001
+    assert 0.75 * expected_iqr <= iqr <= 1.3 * expected_iqr
+    if dist == "uniform":  # (p3..p97: a few packets meet scheduling noise of the sender or receiver)
+        assert delay - jitter - 0.0002 <= q(0.03) and q(0.97) <= delay + jitter + 0.001
+    assert lab.client.stats(["a>b"])["queues"]["a>b"]["hold_error"]["p99_s"] <= 0.001
+    # densely spaced (1 ms < jitter range): still no reordering, as netem with a rate
+    got = timed_flow(lab, 300, 0.001)
+    seqs = [x[0] for x in got]
+    assert seqs == sorted(seqs) and len(seqs) == 300
+
+
+@pytest.mark.root
+def test_reorder_sends_some_packets_without_delay(lab):
+    delay, reorder, n = 0.010, 0.25, 400
+    pair(lab, DirParams(delay_s=delay, reorder=reorder))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 1, 0.2)
+    before = lab.client.stats(["a>b"])["queues"]["a>b"]["reordered"]
+    got = timed_flow(lab, n, 0.002)
+    fast = sum(1 for _, d in got if d < delay / 2)
+    sd = math.sqrt(n * reorder * (1 - reorder))
+    seqs = [x[0] for x in got]
+    print(f"reorder 25%: {fast}/{n} undelayed (expected {n * reorder:.0f} +- {3 * sd:.0f}), "
+          f"{sum(1 for a, b in zip(seqs, seqs[1:]) if b < a)} inversions")
+    assert len(got) == n
+    assert abs(fast - n * reorder) <= 3 * sd
+    assert seqs != sorted(seqs)
+    st = lab.client.stats(["a>b"])["queues"]["a>b"]
+    assert st["reordered"] - before == fast
