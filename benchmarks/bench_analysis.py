@@ -1,0 +1,174 @@
+"""Ingest throughput of the Spark analysis against `tshark -T fields`, on the same pcap set, in one run.
+
+Writes a synthetic capture set like a run's (one Linux cooked v2 pcap per member, snaplen 128, a GOSSIP / LIVE /
+DATA mix with some ICMP and ARP), then times
+  - spark: the ingest job (pcaps parsed on the executors → packets table written as Parquet), SparkSession
+    start-up excluded;
+  - tshark: `tshark -r FILE -T fields -e frame.time_epoch -e ip.src -e ip.dst -e udp.srcport -e udp.dstport
+    -e frame.len -e udp.length` over every file, once one file after another (one process) and once with as
+    many processes as Spark has cores;
+and prints packets/s for each and the ratios. tshark only splits the fields; it cannot decode the protocol header.
+
+    python benchmarks/bench_analysis.py [--packets 1048576] [--files 16] [--master local[*]] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from gossipnode import wire
+
+SNAPLEN = 128
+TSHARK_FIELDS = ["frame.time_epoch", "ip.src", "ip.dst", "udp.srcport", "udp.dstport", "frame.len", "udp.length"]
+
+
+def _ip_udp(src: str, dst: str, payload: bytes) -> bytes:
+    udp = struct.pack("!HHHH", 7000, 7000, 8 + len(payload), 0) + payload
+    return struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0, socket.inet_aton(src),
+                       socket.inet_aton(dst)) + udp
+
+
+def _sll2(l3: bytes, ethertype: int = 0x0800) -> bytes:
+    return struct.pack("!HHIHBB8s", ethertype, 0, 2, 1, 0, 6, b"\x00" * 8) + l3
+
+
+def _templates(n_members: int, me: int, rng: random.Random) -> list[bytes]:
+    """Frames one member's capture holds, in the proportions of a run with 25 senders."""
+    addr = [f"10.0.{i // 250}.{i % 250 + 1}" for i in range(n_members)]
+    peers = [i for i in range(n_members) if i != me]
+    m = 25
+    out = []
+    for _ in range(64):
+        p = rng.choice(peers)
+        src, dst = (addr[me], addr[p]) if rng.random() < 0.5 else (addr[p], addr[me])
+        sender = me if src == addr[me] else p
+        gossip = wire.Message(wire.MsgType.GOSSIP, sender, rng.randrange(1 << 20), rng.randrange(100),
+                              wire.Gossip(tuple(range(m)), tuple(range(m)), 1, n_members))
+        live = wire.Message(wire.MsgType.LIVE, sender, rng.randrange(1 << 20), 0, wire.Live(bytes(n_members)))
+        data = wire.Message(wire.MsgType.DATA, sender, rng.randrange(1 << 20), 0, wire.Data(sender, b"x" * 62))
+        out += [_sll2(_ip_udp(src, dst, wire.encode(gossip)))] * 8 + [_sll2(_ip_udp(src, dst, wire.encode(live)))] * 8
+        out += [_sll2(_ip_udp(src, dst, wire.encode(data)))] * 3
+    out.append(_sll2(b"\x00" * 28, 0x0806))  # ARP: undecodable, counted
+    return out
+
+
+def write_captures(directory: Path, packets: int, files: int, seed: int = 1) -> list[Path]:
+    rng = random.Random(seed)
+    paths = []
+    per_file = -(-packets // files)
+    for i in range(files):
+        frames = _templates(200, i, rng)
+        path = directory / f"h{i}-any.pcap"
+        n = min(per_file, packets - i * per_file)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, SNAPLEN, 276))
+            buf = bytearray()
+            for k in range(n):
+                frame = frames[rng.randrange(len(frames))]
+                cap = frame[:SNAPLEN]
+                buf += struct.pack("<IIII", 1_800_000_000 + k // 1000, (k % 1000) * 1000, len(cap), len(frame))
+                buf += cap
+                if len(buf) > 1 << 22:
+                    f.write(buf)
+                    buf.clear()
+            f.write(buf)
+        paths.append(path)
+    return paths
+
+
+def time_spark(paths: list[Path], master: str, out: Path) -> tuple[float, float, int, int]:
+    """(session start-up s, ingest s, packets in the table, cores)."""
+    from pyspark.sql import functions as F
+
+    from analysis import ingest
+    from analysis.pcap import CaptureFile
+    from analysis.schemas import PACKETS
+    from analysis.session import get_spark
+
+    t = time.perf_counter()
+    spark = get_spark(master)
+    startup = time.perf_counter() - t
+    caps = [CaptureFile(p.stem.rsplit("-", 1)[0], "any", str(p), p.name, None) for p in paths]
+    t = time.perf_counter()
+    files = ingest.files_frame(spark, caps)
+    ingest.write_packets(ingest.parse_packets(files, "bench", 1_800_000_000.0, {}), out)
+    elapsed = time.perf_counter() - t
+    n = ingest.read_table(spark, out, PACKETS).agg(F.count("*")).first()[0]
+    cores = spark.sparkContext.defaultParallelism
+    spark.stop()
+    return startup, elapsed, n, cores
+
+
+def _tshark(path: Path) -> int:
+    argv = ["tshark", "-r", str(path), "-T", "fields"] + [a for f in TSHARK_FIELDS for a in ("-e", f)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as p:
+        lines = sum(1 for _ in p.stdout)
+    if p.returncode:
+        raise RuntimeError(f"tshark failed on {path}")
+    return lines
+
+
+def time_tshark(paths: list[Path], processes: int) -> tuple[float, int]:
+    t = time.perf_counter()
+    with ThreadPoolExecutor(processes) as pool:
+        n = sum(pool.map(_tshark, paths))
+    return time.perf_counter() - t, n
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--packets", type=int, default=1 << 20)
+    p.add_argument("--files", type=int, default=16)
+    p.add_argument("--master", default="local[*]")
+    p.add_argument("--dir", type=Path, help="where to write the pcaps and the table (default: a temporary dir)")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    args = p.parse_args(argv)
+    if shutil.which("tshark") is None:
+        print("tshark is not installed", file=sys.stderr)
+        return 2
+    work = args.dir or Path(tempfile.mkdtemp(prefix="bench-analysis-"))
+    try:
+        (work / "pcaps").mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        paths = write_captures(work / "pcaps", args.packets, args.files)
+        size = sum(f.stat().st_size for f in paths)
+        print(f"capture set: {args.packets} packets in {len(paths)} files, {size / 1e6:.1f} MB "
+              f"(written in {time.perf_counter() - t:.1f} s); {os.cpu_count()} CPUs")
+        startup, spark_s, n_spark, cores = time_spark(paths, args.master, work / "packets")
+        print(f"spark ({args.master}, {cores} cores): start-up {startup:.1f} s, ingest {spark_s:.1f} s, "
+              f"{n_spark} rows -> {n_spark / spark_s:,.0f} packets/s")
+        seq_s, n_seq = time_tshark(paths, 1)
+        print(f"tshark -T fields, 1 process: {seq_s:.1f} s, {n_seq} lines -> {n_seq / seq_s:,.0f} packets/s")
+        par_s, n_par = time_tshark(paths, cores)
+        print(f"tshark -T fields, {cores} processes: {par_s:.1f} s -> {n_par / par_s:,.0f} packets/s")
+        if not n_spark == n_seq == n_par == args.packets:
+            print(f"packet counts differ: spark {n_spark}, tshark {n_seq} / {n_par}, written {args.packets}",
+                  file=sys.stderr)
+            return 1
+        result = {"packets": args.packets, "files": len(paths), "bytes": size, "cores": cores,
+                  "spark_startup_s": startup, "spark_s": spark_s, "tshark_1_s": seq_s, "tshark_n_s": par_s,
+                  "spark_pps": n_spark / spark_s, "tshark_1_pps": n_seq / seq_s, "tshark_n_pps": n_par / par_s,
+                  "ratio_vs_tshark_1": seq_s / spark_s, "ratio_vs_tshark_n": par_s / spark_s}
+        print(f"ratio spark / tshark: {result['ratio_vs_tshark_1']:.2f} (one tshark), "
+              f"{result['ratio_vs_tshark_n']:.2f} ({cores} tsharks)")
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+    finally:
+        if args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
