@@ -170,6 +170,8 @@ class Experiment(Strict):
     capture: CaptureSpec = CaptureSpec()
     duration: str | float = "60s"
     seed: int = 1
+    # Parameter axes and repetitions for `orchestrator sweep` (validated by orchestrator.sweep; `run` ignores it).
+    sweep: dict[str, Any] | None = None
 
     @field_validator("name")
     @classmethod
