@@ -187,6 +187,15 @@ def run_report(res: RunResult) -> tuple[Path, Path]:
                         p.get("loss_measured")] for p in paths]))
     else:
         doc.add(Para("No fidelity measurements (fidelity.json missing or empty)."))
+    rate = f.get("rate")
+    if rate and rate.get("measured_bps") is not None:
+        doc.add(Para(f"Rate sample on link {rate.get('link')} ({rate.get('direction')}): configured "
+                     f"{rate['configured_bps'] / 1000:g} kbit/s, measured {rate['measured_bps'] / 1000:.2f} kbit/s "
+                     f"({100 * rate['error']:+.1f} %), train {rate.get('received')}/{rate.get('count')} packets."))
+    params = f.get("parameters") or m.get("shaping_parameters")
+    if params:
+        doc.add(Table(["parameter", "what the shaper gives", "link directions"],
+                      [[p, how, n] for p, hows in params.items() for how, n in hows.items()]))
 
     doc.add(Heading(1, "Files"), Bullets([
         "`analysis/packets/` (Parquet, by node), `analysis/events/` (Parquet, by event)",

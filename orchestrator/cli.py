@@ -53,6 +53,10 @@ class BarProgress:
         self.bar.console.print(message, style="yellow" if message.startswith("WARNING") else None)
 
 
+SHAPER_HELP = ("auto|netem|delayline|tbf: auto takes netem when the kernel has it, else the userspace delay line "
+               "(NFQUEUE), else tbf (rate, queue and loss only).")
+
+
 def _parse_sets(sets: list[str] | None) -> dict[str, str]:
     variables = {}
     for item in sets or []:
@@ -74,7 +78,7 @@ def up(
     experiment: Path = typer.Argument(..., help="Experiment file (YAML, optionally Jinja2-templated)."),
     backend: str = typer.Option("mininet", help="mininet (default)."),
     name: Optional[str] = typer.Option(None, help="Lab name (default: the experiment's name or file stem)."),
-    shaper: str = typer.Option("auto", help="auto|netem|tbf: auto takes netem when the kernel has it."),
+    shaper: str = typer.Option("auto", help=SHAPER_HELP),
     strict_shaping: bool = typer.Option(False, "--strict-shaping",
                                         help="Refuse to build when the shaper cannot emulate every parameter."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
@@ -99,7 +103,7 @@ def run(
     seed: Optional[int] = typer.Option(None, help="Override the experiment's seed (schedule draws, senders)."),
     name: Optional[str] = typer.Option(None, help="Lab name for the network this run builds."),
     lab: Optional[str] = typer.Option(None, help="Reuse this running lab (built from the same experiment)."),
-    shaper: str = typer.Option("auto", help="auto|netem|tbf."),
+    shaper: str = typer.Option("auto", help=SHAPER_HELP),
     strict_shaping: bool = typer.Option(False, "--strict-shaping"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
 ) -> None:
@@ -222,6 +226,67 @@ def graph(
     prefix.with_suffix(".dot").write_text(to_dot(plan, title))
     draw_png(plan, prefix.with_suffix(".png"), title)
     out.print(f"wrote {prefix.with_suffix('.dot')} and {prefix.with_suffix('.png')}")
+
+
+@app.command()
+def probe(
+    name: str = typer.Argument(..., help="Lab name."),
+    links: int = typer.Option(4, "--links", min=0, help="Links to probe hop by hop."),
+    paths: int = typer.Option(2, "--paths", min=0, help="Multi-hop member-to-member paths to probe."),
+    count: int = typer.Option(10, "--count", min=1, help="Pings per probe."),
+    rate: bool = typer.Option(True, "--rate/--no-rate", help="Send a UDP train to sample one link's rate."),
+    seed: int = typer.Option(0, help="Seed for the choice of links and paths."),
+    json_: bool = typer.Option(False, "--json", help="Machine-readable output (the fidelity.json format)."),
+) -> None:
+    """Fidelity probe on a running lab: per-hop RTT against 2 x (delay + serialisation), a rate sample, loss."""
+    err.print(f"probing {name}: {links} links, {paths} paths, {count} pings each"
+              + (", then a rate sample" if rate else "") + " ...")
+    res = labmod.probe_network(name, links=links, paths=paths, count=count, seed=seed, rate=rate)
+    if json_:
+        print(json.dumps(res, indent=1))
+        return
+    t = Table("src", "dst", "hops", "configured", "emulated", "measured", "error", "error %", "rcvd/sent",
+              title=f"RTT in ms: configured, what shaper {res['shaper']} emulates, measured median ({PING_NOTE})")
+    for p in res["paths"]:
+        med, e = p["median_rtt_ms"], p["error_ms"]
+        pct = f"{100 * e / p['emulated_rtt_ms']:+.1f}" if e is not None and p["emulated_rtt_ms"] else "-"
+        t.add_row(p["src"], p["dst"], str(p["hops"]), f"{p['expected_rtt_ms']:.2f}", f"{p['emulated_rtt_ms']:.2f}",
+                  "-" if med is None else f"{med:.2f}", "-" if e is None else f"{e:+.2f}", pct,
+                  f"{p['received']}/{p['sent']}")
+    out.print(t)
+    out.print(f"loss: {res['sent'] - res['received']} of {res['sent']} pings lost "
+              f"(expected {res['expected_lost']:.1f} from the configured loss)")
+    r = res["rate"]
+    if r is None:
+        out.print("rate: no rate-limited link (or --no-rate)")
+    elif r["measured_bps"] is None:
+        out.print(f"rate: link {r['link']} {r['direction']}: train of {r['count']} received {r['received']}, "
+                  "too few packets to measure")
+    else:
+        out.print(f"rate: link {r['link']} {r['direction']} ({r['src']} -> {r['dst']}): configured "
+                  f"{r['configured_bps'] / 1000:g} kbit/s, measured {r['measured_bps'] / 1000:.2f} kbit/s "
+                  f"({100 * r['error']:+.1f} %), train {r['received']}/{r['count']} x {r['wire_bytes']} B on the wire"
+                  + ("" if r["emulated"] else " [shaper does not emulate rate]"))
+    for param, hows in (res["parameters"] or {}).items():
+        out.print(f"shaping of {param}: " + "; ".join(f"{how} ({n} link directions)" for how, n in hows.items()))
+
+
+PING_NOTE = "100-byte IP pings"
+
+
+@app.command()
+def analyze(
+    run_dirs: List[Path] = typer.Argument(..., help="Run directories (several: also a comparison)."),
+    master: str = typer.Option("local[*]", help="Spark master: local[*] or spark://host:port."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Where the comparison of several runs goes."),
+) -> None:
+    """Analyse run directories with Spark: Parquet tables, GSGC metrics, report.md/report.html per run."""
+    from analysis.cli import main as analysis_main
+
+    argv = [str(p) for p in run_dirs] + ["--master", master] + (["--out", str(out_dir)] if out_dir else [])
+    rc = analysis_main(argv)
+    if rc:
+        raise typer.Exit(rc)
 
 
 @app.command()

@@ -50,6 +50,17 @@ def shaping_warnings(plan: NetworkPlan, shaper: str) -> list[str]:
     return out
 
 
+def shaping_parameters(plan: NetworkPlan, shaper: str) -> dict[str, dict[str, int]]:
+    """What each link parameter really gets with `shaper`: {parameter: {how: number of link directions}}."""
+    out: dict[str, dict[str, int]] = {}
+    for link in plan.links:
+        for d in (link.down, link.up):
+            for param, how in render.fidelity(shaper, d).__dict__.items():
+                out.setdefault(param, {})
+                out[param][how] = out[param].get(how, 0) + 1
+    return out
+
+
 def probe(cache: bool = True) -> Capabilities:
     return probe_kernel(state_root() if cache else None)
 
@@ -146,5 +157,22 @@ def status(lab: str) -> dict:
         "capabilities": state.capabilities, "warnings": state.warnings, "health": backend.health(state),
         "nodes": [{"name": n.name, "role": n.role, "address": n.address, "parent": n.parent} for n in plan.nodes],
         "links": links,
+        "parameters": shaping_parameters(plan, state.shaper) if state.shaper else None,
         "shaper_totals": {k: v for k, v in (stats or {}).items() if k not in ("queues", "kernel")} or None,
     }
+
+
+def probe_network(lab: str, links: int = 4, paths: int = 2, count: int = 10, seed: int = 0,
+                  rate: bool = True) -> dict:
+    """The fidelity probe on a running lab (see orchestrator.fidelity.probe)."""
+    from orchestrator import fidelity
+
+    state = load_state(lab)
+    plan = state.load_plan()
+    backend = get_backend(state.backend)
+    problems = backend.health(state)
+    if problems:
+        raise OrchestratorError(f"lab {lab} is not healthy: {'; '.join(problems)}")
+    return fidelity.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),
+                          links=links, paths=paths, count=count, seed=seed, rate=rate,
+                          parameters=shaping_parameters(plan, state.shaper))

@@ -107,7 +107,8 @@ class RunOptions:
     strict: bool = False
     lab: str | None = None          # reuse this running lab instead of building one
     name: str | None = None
-    probe_paths: int = 4
+    probe_paths: int = 2
+    probe_links: int = 3
 
 
 @dataclass
@@ -379,11 +380,14 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
     try:
         # 3. Fidelity probe, captures, nodes, schedule.
         progress.note("fidelity probe ...")
-        probes = fid.plan_probes(plan, state.shaper, opts.probe_paths, exp.seed)
-        fid.measure(probes, plan, lambda node, argv, **kw: backend.popen(state, node, argv, **kw))
-        fsum = fid.summary(probes, state.shaper)
+        fsum = fid.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),
+                         links=opts.probe_links, paths=opts.probe_paths, seed=exp.seed,
+                         parameters=labmod.shaping_parameters(plan, state.shaper))
         (run_dir / "fidelity.json").write_text(json.dumps(fsum, indent=1))
-        manifest["fidelity"] = {k: fsum[k] for k in ("max_abs_error_ms", "sent", "received")}
+        manifest["fidelity"] = {k: fsum[k] for k in ("max_abs_error_ms", "max_rel_error", "sent", "received",
+                                                     "expected_lost")}
+        manifest["fidelity"]["rate_error"] = (fsum["rate"] or {}).get("error")
+        manifest["shaping_parameters"] = fsum["parameters"]
         runner.start_captures()
         runner.log(f"{len(runner.captures)} captures running")
         first = [m.name for m in plan.members if m.name not in timeline.joiners]

@@ -17,41 +17,8 @@ from orchestrator.state import load_state
 REPO = Path(__file__).resolve().parents[2]
 ORCH = [sys.executable, "-m", "orchestrator.cli"]
 
-# Receiver: count datagrams until `count` arrived or `idle_s` passed without any; print arrival times as JSON.
-UDP_SINK = r"""
-import json, socket, sys, time
-port, idle = int(sys.argv[1]), float(sys.argv[2])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-print("ready", flush=True)
-times, sizes = [], []
-s.settimeout(30)
-while True:
-    try:
-        data = s.recv(65535)
-    except socket.timeout:
-        break
-    times.append(time.monotonic()); sizes.append(len(data))
-    s.settimeout(idle)
-print(json.dumps({"times": times, "sizes": sizes}))
-"""
-
-# Sender: `count` datagrams of `size` bytes to host:port, `gap` seconds apart (0: as fast as possible).
-UDP_SOURCE = r"""
-import socket, sys, time
-host, port, count, size, gap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-payload = b"x" * size
-t = time.monotonic()
-for i in range(count):
-    try:
-        s.sendto(payload, (host, port))
-    except PermissionError:   # dropped by a netfilter rule on this host's own egress: that is loss
-        pass
-    if gap:
-        t += gap
-        time.sleep(max(0.0, t - time.monotonic()))
-"""
+# The fidelity probe's UDP train tool (orchestrator/udpprobe.py), run inside nodes.
+UDP_TOOL = [sys.executable, "-m", "orchestrator.udpprobe"]
 
 
 def unique_lab(prefix: str = "t") -> str:
@@ -91,11 +58,11 @@ def run_in_node(state, node: str, argv: list[str], timeout: float = 60) -> subpr
 
 def udp_transfer(state, plan, src: str, dst: str, count: int, size: int, gap: float, idle: float = 2.0) -> dict:
     """Send `count` datagrams from src to dst; return the receiver's arrival times and sizes."""
-    sink = in_node(state, dst, [sys.executable, "-c", UDP_SINK, "9000", str(idle)], stdout=subprocess.PIPE,
+    sink = in_node(state, dst, [*UDP_TOOL, "sink", "9000", str(idle)], stdout=subprocess.PIPE,
                    stderr=subprocess.PIPE, text=True)
     try:
         assert sink.stdout.readline().strip() == "ready"
-        r = run_in_node(state, src, [sys.executable, "-c", UDP_SOURCE, plan.node(dst).address, "9000", str(count),
+        r = run_in_node(state, src, [*UDP_TOOL, "source", plan.node(dst).address, "9000", str(count),
                                      str(size), str(gap)])
         assert r.returncode == 0, r.stderr
         out, errs = sink.communicate(timeout=120)
