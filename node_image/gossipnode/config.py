@@ -71,6 +71,10 @@ class GsgcParams(_Strict):
     multicast_stable: bool = Field(
         default=False, description="global gossip: the member that constructs S also sends it to every member"
     )
+    gossip_drop_p: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="drop each GOSSIP at the sender with this probability (the paper's Simulation II sender drops)",
+    )
 
     @model_validator(mode="after")
     def _thresholds(self) -> GsgcParams:

@@ -158,6 +158,16 @@ class GsgcNode:
     def _sample(self, peers: list[int]) -> list[int]:
         return self.rng.sample(peers, min(self.b, len(peers)))
 
+    def _drop_at_sender(self, targets: list[int]) -> list[int]:
+        """Simulation II's sender drops: each GOSSIP copy is lost before it leaves with probability
+        `gossip_drop_p` (counted as `gossip_dropped`; the RNG is only drawn when the probability is set)."""
+        p = self.cfg.gsgc.gossip_drop_p
+        if not p:
+            return targets
+        kept = [t for t in targets if self.rng.random() >= p]
+        self.counters["gossip_dropped"] += len(targets) - len(kept)
+        return kept
+
     def _control(self, mtype: MsgType, rnd: int, body: Body) -> Message:
         self._ctl_seq = (self._ctl_seq + 1) & MAX_SEQ
         self.counters[f"sent_{mtype.name.lower()}"] += 1
@@ -337,7 +347,7 @@ class GsgcNode:
             gossip = self._control(
                 MsgType.GOSSIP, rs.round, Gossip(rs.min_so_far, self.stability, rs.heard, len(self.group))
             )
-            out.send.extend((t, gossip) for t in targets)
+            out.send.extend((t, gossip) for t in self._drop_at_sender(targets))
             if self.fd is not None:
                 live = self._control(MsgType.LIVE, rs.round, Live(bytes(self.fd.live)))
                 out.send.extend((t, live) for t in targets)

@@ -181,3 +181,25 @@ def test_snapshot_is_plain_data():
     assert set(snap) == {"id", "level", "senders", "R", "S", "global", "buffer", "counters", "failed", "suspected",
                          "L"}
     assert snap["global"]["W"] == [0] and snap["global"]["M"] == [0] and snap["L"] == [0, 1, 1, 1, 1]
+
+
+def _with_drop(p: float, n: int = 6, subgroup: int = 3) -> GsgcNode:
+    cfg = make_configs(n, subgroup=subgroup)[0]
+    cfg = cfg.model_copy(update={"gsgc": cfg.gsgc.model_copy(update={"gossip_drop_p": p})})
+    return GsgcNode(cfg, 0.0)
+
+
+def test_sender_drops_lose_that_fraction_of_gossip_copies_and_count_them():
+    core = _with_drop(0.25)
+    ticks = run_ticks(core, 2000.0)  # no senders: every tick is one step to b = 3 targets
+    sent = sum(1 for _, out in ticks for _, m in out.send if m.type is MsgType.GOSSIP)
+    dropped = core.counters["gossip_dropped"]
+    assert sent + dropped == 3 * len(ticks)
+    assert 0.20 < dropped / (sent + dropped) < 0.30
+
+
+def test_no_sender_drops_by_default_and_the_rng_stream_is_unchanged():
+    plain = run_ticks(node(n=6, subgroup=3), 50.0)
+    zero = run_ticks(_with_drop(0.0), 50.0)
+    assert [(t, [(d, m.type) for d, m in o.send]) for t, o in plain] == \
+        [(t, [(d, m.type) for d, m in o.send]) for t, o in zero]
