@@ -78,16 +78,23 @@ def _sigterm_as_interrupt():
 
 
 def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", strict: bool = False,
-       experiment_path: str = "", progress: Progress | None = None) -> LabState:
+       experiment_path: str = "", progress: Progress | None = None,
+       backend_options: dict | None = None) -> LabState:
     progress = progress or NullProgress()
-    backend = get_backend(backend_name)
-    caps = probe()
-    chosen = caps.choose(shaper)
-    warnings = shaping_warnings(prep.plan, chosen)
-    if warnings and strict:
-        raise ShapingError("--strict-shaping: " + "; ".join(warnings))
+    backend = get_backend(backend_name, **(backend_options or {}))
+    if getattr(backend, "remote_shaping", False):
+        # Real hosts: each host's kernel is probed when the backend deploys it (it then sets the shaper, the
+        # capabilities and the warnings); until then `shaper` is the request.
+        chosen, caps_json, warnings = shaper, {}, []
+    else:
+        caps = probe()
+        chosen = caps.choose(shaper)
+        warnings = shaping_warnings(prep.plan, chosen)
+        if warnings and strict:
+            raise ShapingError("--strict-shaping: " + "; ".join(warnings))
+        caps_json = caps.to_json()
     state = LabState(lab=prep.lab, backend=backend_name, shaper=chosen, experiment=str(experiment_path),
-                     capabilities=caps.to_json(), warnings=warnings)
+                     capabilities=caps_json, warnings=warnings)
     state.save_plan(prep.plan)
     state.save()
     for w in warnings:
@@ -99,7 +106,10 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
             progress.note("build failed or interrupted: tearing down what was created")
             state.status = "failed"
             state.save()
-            _teardown(backend, state, NullProgress())
+            try:
+                _teardown(backend, state, NullProgress())
+            except OrchestratorError as exc:   # keep the build's own error; the state stays for a retry
+                progress.note(f"WARNING: tearing down after the failed build failed too: {exc}")
             raise
     return state
 

@@ -129,6 +129,7 @@ class RunOptions:
     strict: bool = False
     lab: str | None = None          # reuse this running lab instead of building one
     name: str | None = None
+    backend_options: dict = field(default_factory=dict)   # hosts: inventory, known_hosts, accept_new_host_keys
     probe_paths: int = 2
     probe_links: int = 3
 
@@ -348,6 +349,10 @@ def _versions() -> dict:
 def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None = None,
         variables: dict | None = None) -> Path:
     progress = progress or NullProgress()
+    if opts.backend == "hosts":            # real hosts: Ansible + paramiko (orchestrator/hosts/run.py)
+        from orchestrator.hosts.run import run_hosts
+
+        return run_hosts(experiment_path, opts, progress, variables)
     # 1. Everything that can be checked is checked before the network is built.
     if opts.lab:
         from orchestrator.spec import load_experiment

@@ -70,7 +70,12 @@ class Backend(ABC):
         """The shaper's own per-link-direction counters, when it keeps any (the delay line does)."""
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, **options) -> Backend:
+    """The backend called `name`; `options` configure a backend that needs them (hosts: inventory, ...)."""
+    if name == "hosts":
+        from orchestrator.backends.hosts import HostsBackend
+
+        return HostsBackend(**options)
     if name == "mininet":
         from orchestrator.backends.mininet import MininetBackend
 

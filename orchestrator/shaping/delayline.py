@@ -237,7 +237,7 @@ class Direction:
                  "sec_per_byte", "delay", "jitter", "normal", "loss", "ge", "ge_bad", "limit", "reorder",
                  "busy", "deps", "floor",
                  "packets", "accepted", "delayed", "reordered", "lost", "overflowed", "cut_dropped", "max_queue",
-                 "held", "err_n", "err_sum", "err_max", "ring")
+                 "queue_sum", "queued", "held", "err_n", "err_sum", "err_max", "ring")
 
     def __init__(self, spec: QueueSpec, ns: "Namespace", seed):
         self.id = spec.id
@@ -252,6 +252,7 @@ class Direction:
         self.floor = 0.0         # FIFO: no release before the previous delayed packet's release
         self.packets = self.accepted = self.delayed = self.reordered = 0
         self.lost = self.overflowed = self.cut_dropped = self.max_queue = self.held = 0
+        self.queue_sum = self.queued = 0   # queue length seen by each packet admitted to the serialiser
         self.ge_bad = False
         self.reset_samples()
         self.apply(spec.params)
@@ -288,6 +289,7 @@ class Direction:
             "packets": self.packets, "accepted": self.accepted, "delayed": self.delayed,
             "reordered": self.reordered, "lost": self.lost, "overflowed": self.overflowed,
             "cut_dropped": self.cut_dropped, "max_queue": self.max_queue, "queue": self.queue_len(now),
+            "queue_sum": self.queue_sum, "queued": self.queued,
             "held": self.held, "cut": self.cut, "params": self.params.to_json(),
             "hold_error": {"count": n, "mean_s": self.err_sum / n if n else None,
                            "p50_s": _quantile(samples, 0.5), "p99_s": _quantile(samples, 0.99),
@@ -573,6 +575,8 @@ class DelayLine:
                 d.overflowed += 1
                 self._verdict(ns, qnum, pkt_id, nfq.NF_DROP)
                 return
+            d.queue_sum += len(deps)
+            d.queued += 1
             busy = d.busy
             dep = (busy if busy > now else now) + (length + L2_OVERHEAD_BYTES) * spb
             d.busy = dep

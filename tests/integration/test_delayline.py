@@ -379,6 +379,9 @@ def test_overload_fills_queue_and_drops_the_rest(lab):
           f"max_queue {st['max_queue']}, expected overflow in [{burst - qlen - drained_max}, {burst - qlen}]")
     assert burst - qlen - drained_max <= overflowed <= burst - qlen
     assert st["max_queue"] == qlen
+    admitted = st["queued"] - base["queued"]
+    assert admitted == burst - overflowed
+    assert 0 < (st["queue_sum"] - base["queue_sum"]) / admitted < qlen   # mean queue seen on arrival
     assert received == burst - overflowed
     assert st["accepted"] - base["accepted"] == received
     assert consistent(st) and st["held"] == 0 and st["queue"] == 0
