@@ -67,6 +67,24 @@ def _parse_sets(sets: list[str] | None) -> dict[str, str]:
     return variables
 
 
+INVENTORY_HELP = "--backend hosts: the hosts file (YAML: name, ssh, user, key, address per host; README 'Real hosts')."
+KNOWN_HOSTS_HELP = "--backend hosts: known_hosts file the host keys are checked against (default ~/.ssh/known_hosts)."
+ACCEPT_NEW_HELP = ("--backend hosts: accept and record the keys of hosts not in known_hosts yet (a changed key is "
+                   "always refused). Without it an unknown host is an error.")
+
+
+def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | None, accept_new: bool,
+                   strict: bool) -> dict | None:
+    if backend != "hosts":
+        if inventory or known_hosts or accept_new:
+            raise SpecError("--inventory, --known-hosts and --accept-new-host-keys need --backend hosts")
+        return None
+    if inventory is None:
+        raise SpecError("--backend hosts needs --inventory HOSTS_FILE")
+    return {"inventory": inventory, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
+            "strict": strict}
+
+
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
     global _debug
@@ -82,12 +100,16 @@ def up(
     strict_shaping: bool = typer.Option(False, "--strict-shaping",
                                         help="Refuse to build when the shaper cannot emulate every parameter."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
+    accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
 ) -> None:
     """Build the experiment's network and leave it running."""
     prep = labmod.prepare(experiment, name, _parse_sets(set_))
     t0 = time.monotonic()
     with BarProgress(err) as progress:
-        state = labmod.up(prep, backend, shaper, strict_shaping, str(experiment), progress)
+        state = labmod.up(prep, backend, shaper, strict_shaping, str(experiment), progress,
+                          _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping))
     members = len(prep.plan.members)
     err.print(f"lab [bold]{state.lab}[/] is up: {len(prep.plan.nodes)} nodes ({members} members), "
               f"{len(prep.plan.links)} links, shaper {state.shaper}, {time.monotonic() - t0:.1f} s")
@@ -106,12 +128,17 @@ def run(
     shaper: str = typer.Option("auto", help=SHAPER_HELP),
     strict_shaping: bool = typer.Option(False, "--strict-shaping"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
+    accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
 ) -> None:
     """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection."""
     from orchestrator.runner import RunOptions, run as run_experiment
 
     opts = RunOptions(backend=backend, out=out_dir, keep=keep, seed=seed, shaper=shaper, strict=strict_shaping,
-                      lab=lab, name=name)
+                      lab=lab, name=name,
+                      backend_options=_hosts_options(backend, inventory, known_hosts, accept_new_host_keys,
+                                                     strict_shaping) or {})
     t0 = time.monotonic()
     with BarProgress(err) as progress:
         run_dir = run_experiment(experiment, opts, progress, _parse_sets(set_))

@@ -1,0 +1,236 @@
+"""The hosts file: which machines run an experiment and how to reach them. Pure (no SSH here).
+
+```yaml
+defaults:                       # optional, applied to every host unless it sets the key itself
+  user: gossip                  # SSH user; needs passwordless sudo unless it is root
+  key: ~/.ssh/id_ed25519        # private key (relative paths: relative to the hosts file)
+  port: 22
+  workdir: /var/lib/gossip-testbed   # where the lab lives on the host: <workdir>/<lab>/ (venv, node, run files)
+  python: /usr/bin/python3      # the host's Python (Ansible's interpreter and the venv's base)
+hosts:
+  - name: node-a                # inventory name: letters, digits, '-', '_', '.'
+    ssh: 192.0.2.10             # SSH address (IPv4 or a DNS name), optionally host:port
+    address: 10.1.0.10          # member address: the node listens here and peers send here (IPv4)
+    interface: eth0             # optional: the egress to shape (default: the interface holding `address`)
+    member: h3                  # optional: the plan member it runs (default: hosts in order -> members in order)
+```
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path, PurePosixPath
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.errors import SpecError
+
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+DNS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+IF_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _safe_abs_path(v: str, what: str) -> str:
+    if not SAFE_PATH_RE.match(v) or "/../" in v + "/" or "//" in v:
+        raise ValueError(f"{what} {v!r} must be an absolute path of letters, digits and _ . - /")
+    return str(PurePosixPath(v))
+
+
+class HostDefaults(_Strict):
+    user: str | None = None
+    key: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    workdir: str | None = None
+    python: str | None = None
+
+
+class HostEntry(_Strict):
+    name: str
+    ssh: str
+    address: str
+    user: str | None = None
+    key: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    interface: str | None = None
+    workdir: str | None = None
+    python: str | None = None
+    member: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not HOST_RE.match(v):
+            raise ValueError(f"host name {v!r}: use letters, digits, '-', '_', '.' (at most 63)")
+        return v
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        try:
+            return str(ipaddress.IPv4Address(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv4 address") from None
+
+    @field_validator("interface")
+    @classmethod
+    def _iface(cls, v: str | None) -> str | None:
+        if v is not None and not IF_RE.match(v):
+            raise ValueError(f"interface {v!r} is not a Linux interface name")
+        return v
+
+
+class Host(BaseModel):
+    """One resolved host: every default applied, the key path absolute, the member assigned."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    ssh_host: str
+    ssh_port: int
+    user: str
+    key: str
+    address: str
+    interface: str | None
+    workdir: str
+    python: str
+    member: str
+
+    @property
+    def become(self) -> bool:
+        return self.user != "root"
+
+    def lab_dir(self, lab: str) -> str:
+        return f"{self.workdir}/{lab}"
+
+
+def _split_ssh(ssh: str, port: int | None) -> tuple[str, int | None]:
+    host, sep, p = ssh.rpartition(":")
+    if sep and p.isdigit():
+        if port is not None and int(p) != port:
+            raise ValueError(f"ssh {ssh!r} names port {p} but port: {port}")
+        ssh, port = host, int(p)
+    try:
+        ipaddress.IPv4Address(ssh)
+    except ValueError:
+        if not DNS_RE.match(ssh):
+            raise ValueError(f"ssh {ssh!r} is neither an IPv4 address nor a host name") from None
+    return ssh, port
+
+
+class HostsFile(_Strict):
+    defaults: HostDefaults = HostDefaults()
+    hosts: list[HostEntry] = Field(min_length=1)
+
+
+def _line_of(text: str, loc: tuple) -> int | None:
+    """Best effort: the line of `hosts[i]` in the YAML text (for error messages)."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    cur = node
+    for key in loc:
+        if isinstance(cur, yaml.MappingNode):
+            nxt = next((v for k, v in cur.value if k.value == key), None)
+        elif isinstance(cur, yaml.SequenceNode) and isinstance(key, int) and key < len(cur.value):
+            nxt = cur.value[key]
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        cur = nxt
+    return cur.start_mark.line + 1 if cur is not None else None
+
+
+def parse_hosts(text: str, source: str = "<hosts>", base: Path | None = None) -> list[Host]:
+    """Parse and resolve a hosts file's text. Raises SpecError naming the file, line and field."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SpecError(f"{source}:{mark.line + 1 if mark else '?'}: not valid YAML: "
+                        f"{getattr(exc, 'problem', exc)}") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{source}: expected a mapping with `hosts:` (and optional `defaults:`)")
+    try:
+        hf = HostsFile.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = tuple(e["loc"])
+        line = _line_of(text, loc)
+        path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+        msg = e["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{source}:{line or '?'}: {path}: {msg}") from None
+    base = base or Path.cwd()
+    d = hf.defaults
+    out: list[Host] = []
+    seen: dict[str, set] = {"name": set(), "address": set(), "member": set()}
+    for i, h in enumerate(hf.hosts):
+        where = f"{source}:{_line_of(text, ('hosts', i)) or '?'}: hosts[{i}] ({h.name})"
+        try:
+            ssh_host, port = _split_ssh(h.ssh, h.port if h.port is not None else None)
+        except ValueError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        user = h.user or d.user
+        key = h.key or d.key
+        if not user:
+            raise SpecError(f"{where}: no `user` (set it on the host or in `defaults`)")
+        if not USER_RE.match(user):
+            raise SpecError(f"{where}: user {user!r} is not a valid user name")
+        if not key:
+            raise SpecError(f"{where}: no `key` (set it on the host or in `defaults`)")
+        key_path = (base / Path(key).expanduser()).resolve()
+        if not key_path.is_file():
+            raise SpecError(f"{where}: key {key} ({key_path}) is not a file")
+        try:
+            workdir = _safe_abs_path(h.workdir or d.workdir or "/var/lib/gossip-testbed", "workdir")
+            python = _safe_abs_path(h.python or d.python or "/usr/bin/python3", "python")
+        except ValueError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        if workdir == "/":
+            raise SpecError(f"{where}: workdir must not be /")
+        for k, v in (("name", h.name), ("address", h.address), ("member", h.member)):
+            if v is None:
+                continue
+            if v in seen[k]:
+                raise SpecError(f"{where}: {k} {v!r} appears twice")
+            seen[k].add(v)
+        out.append(Host(name=h.name, ssh_host=ssh_host, ssh_port=port or d.port or 22, user=user,
+                        key=str(key_path), address=h.address, interface=h.interface, workdir=workdir,
+                        python=python, member=h.member or ""))
+    return out
+
+
+def load_hosts(path: str | Path) -> list[Host]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such hosts file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_hosts(text, str(path), path.resolve().parent)
+
+
+def assign_members(hosts: list[Host], members: list[str]) -> list[Host]:
+    """Give every plan member a host: hosts that name a `member` get it, the rest take the remaining members in
+    order. There must be exactly one host per member (a real host runs one node)."""
+    named = {h.member for h in hosts if h.member}
+    unknown = sorted(named - set(members))
+    if unknown:
+        raise SpecError(f"hosts file: member(s) {unknown} are not members of the experiment "
+                        f"(members: {', '.join(members[:8])}{', ...' if len(members) > 8 else ''})")
+    if len(hosts) != len(members):
+        raise SpecError(f"hosts file has {len(hosts)} host(s) but the experiment has {len(members)} member(s): "
+                        "one host per member")
+    free = iter(m for m in members if m not in named)
+    out = [h if h.member else h.model_copy(update={"member": next(free)}) for h in hosts]
+    order = {m: i for i, m in enumerate(members)}
+    return sorted(out, key=lambda h: order[h.member])

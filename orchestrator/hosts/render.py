@@ -1,0 +1,178 @@
+"""Everything the playbooks and the agent run, rendered from the experiment and the hosts file. Pure.
+
+Shaping on a real host: one egress, the interface holding the member's address. Only the experiment's traffic
+(UDP from the node port) is shaped; everything else on that interface (SSH, the control channel, the host's own
+traffic) stays in an unshaped class, so the orchestrator can still reach a host whose link is 30 kbit/s:
+
+    tc qdisc add dev D root handle 1: htb default 1        # 1:1 unshaped, 1:2 the experiment's egress
+    tc filter add dev D parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip sport PORT 0xffff flowid 1:2
+    netem: class 1:2 unlimited, leaf `netem <delay jitter loss rate limit>`
+    tbf:   class 1:2 `htb rate R ceil R` (a token bucket, as tbf), leaf `pfifo limit Q`; loss by iptables statistic;
+           delay and jitter are NOT emulated
+
+A host emulates its member's access link in the sending direction (the uplink's `up` direction; the tree root
+its first downlink's `down`): the tree of routers between members is the real network, not emulated.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+
+from orchestrator.hosts.hostsfile import Host
+from orchestrator.plan import NetworkPlan
+from orchestrator.shaping import render as shaping
+from orchestrator.shaping.params import DirParams
+
+NODE_PORT = 7000
+UNSHAPED_RATE = "10gbit"
+TEMPLATES = Path(__file__).parent / "templates"
+SUN_PATH_MAX = 107
+
+
+def egress_params(plan: NetworkPlan, member: str) -> DirParams:
+    """What a member's host shapes its egress with (see the module docstring)."""
+    node = plan.node(member)
+    link = plan.access_link(member)
+    if link is None:
+        return DirParams()
+    return link.up if node.parent is not None else link.down
+
+
+def tc_ops(shaper: str, d: DirParams, port: int = NODE_PORT) -> list[dict]:
+    """tc operations for one host egress: each {"obj": qdisc|class|filter, "args": [...]}, run as
+    `tc <obj> add dev <D> <args...>`. Empty when there is nothing to shape."""
+    if d.is_null() or (shaper == "tbf" and not d.rate_bps and not d.queue_pkts):
+        return []
+    ops = [
+        {"obj": "qdisc", "args": ["root", "handle", "1:", "htb", "default", "1"]},
+        {"obj": "class", "args": ["parent", "1:", "classid", "1:1", "htb", "rate", UNSHAPED_RATE,
+                                  "quantum", "60000"]},
+    ]
+    if shaper == "netem":
+        ops += [
+            {"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", UNSHAPED_RATE,
+                                      "quantum", "60000"]},
+            {"obj": "qdisc", "args": ["parent", "1:2", "handle", "20:", "netem", *shaping.netem_args(d)]},
+        ]
+    elif shaper == "tbf":
+        if d.rate_bps:
+            burst = str(shaping.tbf_burst_bytes(d.rate_bps))
+            rate = f"{d.rate_bps}bit"
+            ops.append({"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", rate, "ceil", rate,
+                                                 "burst", burst, "cburst", burst, "quantum", "1514"]})
+        else:
+            ops.append({"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", UNSHAPED_RATE,
+                                                 "quantum", "60000"]})
+        ops.append({"obj": "qdisc", "args": ["parent", "1:2", "handle", "20:", "pfifo", "limit",
+                                             str(d.queue_pkts or shaping.UNBOUNDED_QUEUE)]})
+    else:
+        raise ValueError(f"hosts: unknown shaper {shaper!r} (netem or tbf)")
+    ops.append({"obj": "filter", "args": ["parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                                          "match", "ip", "protocol", "17", "0xff",
+                                          "match", "ip", "sport", str(port), "0xffff", "flowid", "1:2"]})
+    return ops
+
+
+def loss_rule(shaper: str, d: DirParams, lab: str, port: int = NODE_PORT) -> list[str]:
+    """iptables mangle POSTROUTING match for tbf's random loss, after `-o <D>` (empty: no rule). The comment
+    carries the lab, so the rule is recognisable; teardown deletes exactly this rule (`-D`)."""
+    if shaper != "tbf" or not d.loss or d.gemodel:
+        return []
+    return ["-p", "udp", "--sport", str(port), "-m", "statistic", "--mode", "random",
+            "--probability", f"{d.loss:.8f}", "-m", "comment", "--comment", f"gossip-testbed lab {lab}", "-j", "DROP"]
+
+
+def lost_params(shaper: str, d: DirParams) -> list[str]:
+    """Parameters of `d` the shaper does not emulate on a host."""
+    return shaping.fidelity(shaper, d).lost()
+
+
+def run_dir_remote(host: Host, lab: str) -> str:
+    return f"{host.lab_dir(lab)}/run"
+
+
+def node_start_argv(host: Host, lab: str) -> list[str]:
+    w, r, m = host.lab_dir(lab), run_dir_remote(host, lab), host.member
+    return ["start-stop-daemon", "--start", "--background", "--make-pidfile", "--pidfile", f"{r}/pids/{m}.pid",
+            "--output", f"{r}/logs/{m}.log", "--chdir", r, "--exec", f"{w}/venv/bin/python", "--",
+            "-m", "gossipnode", "--config", f"{r}/configs/{m}.json"]
+
+
+def capture_start_argv(host: Host, lab: str, snaplen: int) -> list[str]:
+    """tcpdump of the member's own experiment traffic (UDP to or from its address; SSH is left out)."""
+    r, m = run_dir_remote(host, lab), host.member
+    return ["start-stop-daemon", "--start", "--background", "--make-pidfile", "--pidfile",
+            f"{r}/pids/{m}-tcpdump.pid", "--output", f"{r}/logs/{m}-tcpdump.log", "--startas", "/usr/bin/env", "--",
+            "tcpdump", "-i", "any", "-s", str(snaplen), "-U", "-n", "-Z", "root", "-w", f"{r}/pcaps/{m}-any.pcap",
+            "udp", "and", "host", host.address]
+
+
+def node_config(base: dict, host: Host, hosts: list[Host], lab: str, port: int = NODE_PORT) -> dict:
+    """A member's node config (from `runner.node_configs`) made right for its host: the hosts' member addresses,
+    and paths on the host."""
+    addr = {h.member: h.address for h in hosts}
+    r = run_dir_remote(host, lab)
+    control = f"{r}/ctl/{host.member}.sock"
+    if len(control) > SUN_PATH_MAX:
+        raise ValueError(f"host {host.name}: control socket path {control} is longer than {SUN_PATH_MAX} "
+                         "characters (choose a shorter workdir)")
+    cfg = dict(base)
+    cfg["listen"] = f"{host.address}:{port}"
+    cfg["members"] = [{**m, "addr": f"{addr[m['name']]}:{port}"} for m in base["members"]]
+    cfg["event_log"] = f"{r}/events/{host.member}.jsonl"
+    cfg["control"] = control
+    return cfg
+
+
+def agent_config(host: Host, lab: str, control: str) -> dict:
+    r = run_dir_remote(host, lab)
+    return {"lab": lab, "host": host.name, "run": r,
+            "nodes": {host.member: {"pidfile": f"{r}/pids/{host.member}.pid", "start": node_start_argv(host, lab),
+                                    "control": control}}}
+
+
+def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port: int = NODE_PORT) -> dict:
+    d = egress_params(plan, host.member)
+    return {
+        "ansible_host": host.ssh_host,
+        "ansible_port": host.ssh_port,
+        "ansible_user": host.user,
+        "ansible_ssh_private_key_file": host.key,
+        "ansible_become": host.become,
+        "ansible_python_interpreter": host.python,
+        "gossip_member": host.member,
+        "gossip_address": host.address,
+        "gossip_interface": host.interface or "",
+        "gossip_workdir": host.workdir,
+        "gossip_dir": host.lab_dir(lab),
+        "gossip_python": host.python,
+        "gossip_egress": {k: v for k, v in d.to_json().items()},
+        "gossip_tc": {s: tc_ops(s, d, port) for s in ("netem", "tbf")},
+        "gossip_loss_rule": {s: loss_rule(s, d, lab, port) for s in ("netem", "tbf")},
+        "gossip_lost": {s: lost_params(s, d) for s in ("netem", "tbf")},
+        "gossip_node_argv": node_start_argv(host, lab),
+        "gossip_capture_argv": capture_start_argv(host, lab, snaplen),
+    }
+
+
+def render_inventory(hosts: list[Host], lab: str, plan: NetworkPlan, source: str = "", snaplen: int = 128,
+                     port: int = NODE_PORT) -> str:
+    """The Ansible inventory (YAML), rendered with Jinja2 from the hosts and the plan."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    env.filters["json"] = lambda v: json.dumps(v, sort_keys=True)
+    tpl = env.get_template("inventory.yml.j2")
+    return tpl.render(lab=lab, source=source,
+                      hosts=[{"name": h.name, "vars": host_vars(h, lab, plan, snaplen, port)} for h in hosts])
+
+
+def extravars(lab: str, shaper: str, strict: bool, bundle: Path, run_dir: Path | None = None,
+              files: Path | None = None, capture: bool = True, start_members: list[str] | None = None,
+              port: int = NODE_PORT) -> dict:
+    """The playbooks' extra vars (env/extravars)."""
+    return {"gossip_lab": lab, "gossip_shaper_request": shaper, "gossip_strict": strict,
+            "gossip_local_bundle": str(bundle), "gossip_run_dir": str(run_dir) if run_dir else "",
+            "gossip_local_files": str(files) if files else "", "gossip_capture": capture,
+            "gossip_start_members": list(start_members or []), "gossip_port": port}
