@@ -94,7 +94,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on 
 @app.command()
 def up(
     experiment: Path = typer.Argument(..., help="Experiment file (YAML, optionally Jinja2-templated)."),
-    backend: str = typer.Option("mininet", help="mininet (default)."),
+    backend: str = typer.Option("mininet", help="mininet (default) or docker (containers from the node image)."),
     name: Optional[str] = typer.Option(None, help="Lab name (default: the experiment's name or file stem)."),
     shaper: str = typer.Option("auto", help=SHAPER_HELP),
     strict_shaping: bool = typer.Option(False, "--strict-shaping",
@@ -119,7 +119,7 @@ def up(
 @app.command()
 def run(
     experiment: Path = typer.Argument(..., help="Experiment file."),
-    backend: str = typer.Option("mininet", help="mininet (default)."),
+    backend: str = typer.Option("mininet", help="mininet (default) or docker (containers from the node image)."),
     out_dir: Path = typer.Option(Path("runs"), "--out", help="Parent directory of the run directory."),
     keep: bool = typer.Option(False, "--keep", help="Leave the network up afterwards."),
     seed: Optional[int] = typer.Option(None, help="Override the experiment's seed (schedule draws, senders)."),
@@ -321,6 +321,31 @@ def probe_kernel() -> None:
     """Probe what this kernel can shape with (netem, tbf, NFQUEUE, statistic)."""
     caps = labmod.probe(cache=False)
     out.print_json(json.dumps(caps.to_json()))
+
+
+image_app = typer.Typer(no_args_is_help=True, help="Images of the Docker backend.")
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def image_build(
+    base_image: Optional[str] = typer.Option(None, "--base-image", envvar="BASE_IMAGE",
+                                             help="Build the node image FROM this (e.g. python:3.11-slim-bookworm) "
+                                                  "instead of the local debootstrap base."),
+    tag: str = typer.Option("gossip-testbed/node:latest", help="Tag of the node image."),
+    suite: str = typer.Option("bookworm", help="Debian suite of the debootstrap base."),
+    mirror: str = typer.Option("http://deb.debian.org/debian", help="Debian mirror for debootstrap."),
+    rebuild_base: bool = typer.Option(False, "--rebuild-base", help="Rebuild the base even if it exists."),
+) -> None:
+    """Build the base image (debootstrap + docker import, kept when it exists) and the node image; print sizes."""
+    from orchestrator import images
+
+    t0 = time.monotonic()
+    with BarProgress(err) as progress:
+        built = images.build_all(base_image, tag, suite, mirror, rebuild_base, progress)
+    for info in built:
+        out.print(info.describe())
+    err.print(f"images ready in {time.monotonic() - t0:.1f} s")
 
 
 def main() -> None:

@@ -172,19 +172,12 @@ class Runner:
 
     # -- processes
     def start_node(self, name: str) -> None:
-        log = open(self.run_dir / "logs" / f"{name}.log", "ab")
-        try:
-            self.nodes[name] = self.backend.popen(
-                self.state, name, [sys.executable, "-m", "gossipnode", "--config",
-                                   str(self.run_dir / "configs" / f"{name}.json")],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
+        self.nodes[name] = self.backend.start_node(self.state, name, self.configs[name], self.run_dir)
 
     def signal_node(self, name: str, sig: int) -> None:
         p = self.nodes.get(name)
         if p is not None and p.poll() is None:
-            os.kill(p.pid, sig)
+            p.send_signal(sig)
 
     def alive(self) -> int:
         return sum(1 for p in self.nodes.values() if p.poll() is None)
@@ -237,7 +230,7 @@ class Runner:
     def stop_nodes(self) -> None:
         for name, p in self.nodes.items():
             if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)        # a paused node cannot handle SIGTERM
+                p.send_signal(signal.SIGCONT)         # a paused node cannot handle SIGTERM
                 p.terminate()
         deadline = self.clock() + 10
         for p in self.nodes.values():
@@ -402,6 +395,12 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
         state = labmod.up(prep, opts.backend, opts.shaper, opts.strict, str(experiment_path), progress)
     backend = get_backend(state.backend)
     manifest.update(shaper=state.shaper, capabilities=state.capabilities, shaping_warnings=state.warnings)
+    if state.backend_data.get("image"):
+        manifest["versions"]["node_image"] = state.backend_data["image"]
+    # The backend may run the node elsewhere (a container): its paths, as the node will see them.
+    configs = {name: backend.node_config(state, name, cfg) for name, cfg in configs.items()}
+    for name, cfg in configs.items():
+        (run_dir / "configs" / f"{name}.json").write_text(json.dumps(cfg, indent=1))
     runner = Runner(exp, plan, timeline, state, backend, run_dir, ctl_dir, configs, progress)
     runner.log(f"run {run_id}: lab {lab_name} ({'built' if built else 'reused'}), shaper {state.shaper}")
     try:
@@ -438,6 +437,11 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
         # 4. Stop cleanly, collect what there is, tear down. Runs on success, error and Ctrl-C alike.
         progress.note(f"stopping ({runner.stopped_reason}) and collecting ...")
         runner.stop_nodes()
+        for name in runner.configs:
+            try:
+                backend.collect_node_files(state, name, run_dir)
+            except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
+                runner.log(f"collecting {name}'s files failed: {exc}")
         runner.stop_captures()
         try:
             runner.collect_tc()

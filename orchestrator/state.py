@@ -33,6 +33,7 @@ class LabState:
     delayline: dict | None = None       # {"pid", "control", "config"} when the delay line runs
     warnings: list[str] = field(default_factory=list)
     link_overrides: dict = field(default_factory=dict)    # live changes: "<link>/<dir>" -> DirParams json | "cut"
+    backend_data: dict = field(default_factory=dict)      # what else a backend created (e.g. Docker containers)
 
     @property
     def dir(self) -> Path:

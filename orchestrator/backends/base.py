@@ -6,7 +6,9 @@ the caller supplies (the CLI draws it with rich).
 from __future__ import annotations
 
 import subprocess
+import sys
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Protocol
 
 from orchestrator.errors import SpecError
@@ -69,6 +71,26 @@ class Backend(ABC):
     def shaper_stats(self, state: LabState) -> dict | None:
         """The shaper's own per-link-direction counters, when it keeps any (the delay line does)."""
 
+    # --- the protocol node (the runner's view; defaults: a host process inside the node's namespace) ---------
+    def node_config(self, state: LabState, node: str, config: dict) -> dict:
+        """The node's config as it must be given to the node: backends that run it elsewhere (a container)
+        rewrite its file paths (`event_log`, `control`); the runner then reaches `control` at the new path."""
+        return config
+
+    def start_node(self, state: LabState, node: str, config: dict, run_dir: Path):
+        """Start the protocol node on `node`; return a `subprocess.Popen`-like handle (poll, wait,
+        send_signal, terminate, kill, pid). Its files end up in `run_dir` (see `collect_node_files`)."""
+        log = open(run_dir / "logs" / f"{node}.log", "ab")
+        try:
+            return self.popen(state, node, [sys.executable, "-m", "gossipnode", "--config",
+                                            str(run_dir / "configs" / f"{node}.json")],
+                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+
+    def collect_node_files(self, state: LabState, node: str, run_dir: Path) -> None:
+        """Copy what the node wrote somewhere else (event log, stdout) into `run_dir`, after it stopped."""
+
 
 def get_backend(name: str, **options) -> Backend:
     """The backend called `name`; `options` configure a backend that needs them (hosts: inventory, ...)."""
@@ -80,4 +102,8 @@ def get_backend(name: str, **options) -> Backend:
         from orchestrator.backends.mininet import MininetBackend
 
         return MininetBackend()
-    raise SpecError(f"unknown backend {name!r}: available: mininet")
+    if name == "docker":
+        from orchestrator.backends.docker import DockerBackend
+
+        return DockerBackend()
+    raise SpecError(f"unknown backend {name!r}: available: mininet, docker")

@@ -122,11 +122,7 @@ class MininetBackend(Backend):
             raise BackendError(f"namespace {clash[0]} already exists (another lab, or a leftover: "
                                f"`orchestrator teardown {lab}`)")
 
-        progress.start("namespaces", len(names))
-        for i in range(0, len(names), BATCH):
-            chunk = names[i:i + BATCH]
-            netns.ip_batch([f"netns add {ns_name(lab, n)}" for n in chunk])
-            progress.advance("namespaces", len(chunk))
+        self._create_namespaces(plan, state, progress)
 
         progress.start("links", len(plan.links))
         for i in range(0, len(plan.links), BATCH):
@@ -163,8 +159,18 @@ class MininetBackend(Backend):
         state.status = "up"
         state.save()
 
+    def _create_namespaces(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
+        """One named namespace `<lab>-<node>` per node (the Docker backend attaches containers' instead)."""
+        names = [n.name for n in plan.nodes]
+        progress.start("namespaces", len(names))
+        for i in range(0, len(names), BATCH):
+            chunk = names[i:i + BATCH]
+            netns.ip_batch([f"netns add {ns_name(state.lab, n)}" for n in chunk])
+            progress.advance("namespaces", len(chunk))
+
     # --- teardown ---------------------------------------------------------------------------------------------
     def teardown(self, state: LabState, progress: Progress) -> None:
+        self._teardown_before_processes(state, progress)
         present = netns.existing(state.namespaces)
         progress.start("processes", 1)
         stuck = netns.kill_and_wait(netns.pids_in(present))
@@ -176,6 +182,9 @@ class MininetBackend(Backend):
         progress.start("namespaces", len(present))
         netns.delete_namespaces(present)
         progress.advance("namespaces", len(present))
+
+    def _teardown_before_processes(self, state: LabState, progress: Progress) -> None:
+        """Hook for backends that own more than namespaces (the Docker backend removes its containers)."""
 
     # --- processes --------------------------------------------------------------------------------------------
     def node(self, state: LabState, node: str) -> NetnsNode:

@@ -1,0 +1,382 @@
+"""The Docker backend: one container per member from the node image, wired like the Mininet backend (DESIGN.md §3).
+
+Every member is a container (`network_mode="none"`, labels naming the lab and the node, so teardown finds
+everything); routers are plain named namespaces. Once a member's container runs, its network namespace is given
+the name `<lab>-<node>` (`ip netns attach`, a bind mount of /proc/<pid>/ns/net), so from then on the lab is
+exactly what the Mininet backend builds: the same veth pairs, addresses, routes, qdiscs, iptables rules and delay
+line, by the same code. The bind mount also keeps the namespace (and its veths) alive whatever the container's
+processes do.
+
+What runs where:
+- The protocol node runs INSIDE its container (a `docker exec` of `python -m gossipnode`, through the SDK): its
+  files (config, event log, stdout/stderr, control socket) live in a per-node directory that is bind-mounted at
+  the same path in the container and on the host, and are copied into the run directory at the end.
+  crash = SIGKILL of the node process (the container and its network stay, like a host whose process died);
+  restart = a new exec; pause and perturb = SIGSTOP/SIGCONT of the node process (`docker pause` through the
+  engine is 20-55 ms late per call, too coarse for 100 ms perturbations). A crash does not kill the container itself: with `network_mode="none"` a restarted container
+  gets a NEW network namespace, which would lose the node's wiring.
+- Captures, the fidelity probe and tc statistics run host tools inside the node's namespace (`popen`, inherited
+  from the Mininet backend), as on Mininet: tcpdump writes straight into the run directory.
+- `orchestrator exec` runs the command inside the member's container (the image's own tools: the debootstrap
+  base ships ping and ip); on a router it runs inside its namespace.
+
+The container's main process is `sleep infinity`: it only holds the namespaces.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from orchestrator.backends import netns
+from orchestrator.backends.mininet import BATCH, MininetBackend, ns_name
+from orchestrator.backends.base import Progress
+from orchestrator.errors import BackendError
+from orchestrator.plan import NetworkPlan
+from orchestrator.state import LabState
+
+LABEL_APP = "gossip-testbed.app"
+LABEL_LAB = "gossip-testbed.lab"
+LABEL_NODE = "gossip-testbed.node"
+DEFAULT_NODE_IMAGE = "gossip-testbed/node:latest"
+WORKERS = 4          # containers created/removed at a time (dockerd serialises much of it anyway)
+
+
+def node_image() -> str:
+    return os.environ.get("ORCHESTRATOR_NODE_IMAGE", DEFAULT_NODE_IMAGE)
+
+
+def share_root(lab: str) -> Path:
+    """Host directory holding one directory per member, bind-mounted at the same path in its container.
+    Short on purpose: the node's control socket lives there (unix socket paths are limited to 108 bytes)."""
+    return Path(os.environ.get("ORCHESTRATOR_DOCKER_SHARE", "/tmp")) / f"orch-docker-{lab}"
+
+
+class DockerUnavailable(BackendError):
+    """No Docker engine to talk to."""
+
+
+HOW_TO_START = ("start it with `systemctl start docker`, or without systemd `dockerd >/var/log/dockerd.log 2>&1 &` "
+                "(`make setup` installs docker.io and starts it)")
+
+
+def client():
+    """A Docker SDK client for a live engine, or one clear DockerUnavailable."""
+    try:
+        import docker
+    except ImportError:
+        raise DockerUnavailable("the Docker SDK for Python is not installed (`make setup`, or pip install docker)")
+    try:
+        c = docker.from_env(timeout=120)
+        c.ping()
+        return c
+    except Exception as exc:  # noqa: BLE001 - DockerException, requests' ConnectionError, FileNotFoundError ...
+        sock = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        reason = str(exc).split("(")[0].strip() or exc.__class__.__name__
+        raise DockerUnavailable(f"the Docker engine is not running or not reachable at {sock} ({reason}): "
+                                f"{HOW_TO_START}") from None
+
+
+def container_name(lab: str, node: str) -> str:
+    return f"{lab}-{node}"
+
+
+def lab_containers(c, lab: str) -> list:
+    """Every container, running or not, labelled as belonging to `lab`."""
+    return c.containers.list(all=True, filters={"label": f"{LABEL_LAB}={lab}"})
+
+
+def container_spec(lab: str, node: str, image: str, share: Path) -> dict:
+    """Keyword arguments of `containers.run` for one member (pure)."""
+    return {
+        "image": image, "name": container_name(lab, node), "hostname": node,
+        "entrypoint": ["sleep", "infinity"], "command": [],
+        "network_mode": "none", "detach": True,
+        "labels": {LABEL_APP: "gossip-testbed", LABEL_LAB: lab, LABEL_NODE: node},
+        "volumes": {str(share): {"bind": str(share), "mode": "rw"}},
+        "environment": {"PYTHONUNBUFFERED": "1"},
+    }
+
+
+def node_paths(lab: str, node: str) -> dict[str, Path]:
+    """Where a member's files live: the same path on the host and in its container (pure)."""
+    d = share_root(lab) / node
+    return {"dir": d, "config": d / "config.json", "events": d / "events.jsonl", "log": d / "node.log",
+            "control": d / "ctl.sock"}
+
+
+def node_argv(paths: dict[str, Path]) -> list[str]:
+    """The node's command inside its container: stdout/stderr appended to its log (pure)."""
+    return ["sh", "-c", f'exec python -m gossipnode --config "{paths["config"]}" >>"{paths["log"]}" 2>&1']
+
+
+class _Local(threading.local):
+    client = None
+
+
+class DockerNodeProcess:
+    """A node process started with `docker exec`, with the parts of `subprocess.Popen` the runner uses.
+
+    `pid` is its host pid: signals go straight to it, as on Mininet (crash SIGKILL, pause/perturb SIGSTOP and
+    SIGCONT). Not `docker pause`: each pause/unpause through the engine took 20-55 ms here, too coarse for the
+    100 ms perturbation intervals; SIGSTOP takes effect at once."""
+
+    def __init__(self, c, container, exec_id: str):
+        self._c, self.container, self.exec_id = c, container, exec_id
+        self.returncode: int | None = None
+        self.pid = 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:          # the exec's pid appears once it is running
+            info = c.api.exec_inspect(exec_id)
+            if info.get("Pid"):
+                self.pid = info["Pid"]
+                break
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                self.returncode = info["ExitCode"]
+                break
+            time.sleep(0.01)
+        else:
+            raise BackendError(f"docker exec in {container.name} did not start within 10 s")
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if self.pid and Path(f"/proc/{self.pid}").exists() and not netns._is_zombie(self.pid):
+            return None
+        info = self._c.api.exec_inspect(self.exec_id)
+        if info.get("Running"):
+            return None
+        code = info.get("ExitCode")
+        self.returncode = -signal.SIGKILL if code is None else code
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"node in {self.container.name}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class DockerBackend(MininetBackend):
+    name = "docker"
+
+    def __init__(self) -> None:
+        self._local = _Local()
+
+    def _docker(self):
+        if self._local.client is None:
+            self._local.client = client()
+        return self._local.client
+
+    # --- build ------------------------------------------------------------------------------------------------
+    def _create_namespaces(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
+        lab = state.lab
+        c = self._docker()
+        image = node_image()
+        try:
+            c.images.get(image)
+        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+            raise BackendError(f"the node image {image} does not exist: build it with `orchestrator image build` "
+                               f"(or `make image`), or name another with ORCHESTRATOR_NODE_IMAGE") from None
+        members = [n.name for n in plan.members]
+        routers = [n.name for n in plan.nodes if n.role != "member"]
+        share = share_root(lab)
+        # Recorded before anything is created: teardown (also after a killed orchestrator) finds all of it.
+        state.backend_data = {"containers": [container_name(lab, m) for m in members], "share": str(share),
+                              "image": image}
+        state.save()
+        clash = lab_containers(c, lab) + [x for x in c.containers.list(all=True, filters={"name": lab})
+                                          if x.name in set(state.backend_data["containers"])]
+        if clash:
+            raise BackendError(f"container {clash[0].name} already exists (another lab, or a leftover: "
+                               f"`orchestrator teardown {lab}`)")
+        for m in members:
+            node_paths(lab, m)["dir"].mkdir(parents=True, exist_ok=True)
+
+        progress.start("containers", len(members))
+        pids: dict[str, int] = {}
+
+        def create(node: str) -> None:
+            container = self._docker().containers.run(**container_spec(lab, node, image, share))
+            container.reload()                      # run() returns the attributes from before the start
+            pid = container.attrs["State"]["Pid"]
+            if not pid:
+                raise BackendError(f"container {container.name} started without a process")
+            pids[node] = pid
+
+        _parallel(create, members, lambda: progress.advance("containers"))
+
+        # Name every container's network namespace like the Mininet backend's; routers get a plain namespace.
+        progress.start("namespaces", len(plan.nodes))
+        lines = [f"netns attach {ns_name(lab, m)} {pids[m]}" for m in members] + \
+                [f"netns add {ns_name(lab, r)}" for r in routers]
+        for i in range(0, len(lines), BATCH):
+            netns.ip_batch(lines[i:i + BATCH])
+            progress.advance("namespaces", len(lines[i:i + BATCH]))
+
+    # --- teardown ---------------------------------------------------------------------------------------------
+    def _teardown_before_processes(self, state: LabState, progress: Progress) -> None:
+        data = state.backend_data or {}
+        if data.get("containers"):
+            c = self._docker()
+            names = set(data["containers"])
+            found = {x.name: x for x in lab_containers(c, state.lab)}
+            # Also a container created but not yet labelled-visible? Labels are set at creation; names too.
+            for x in c.containers.list(all=True, filters={"name": state.lab}):
+                if x.name in names:
+                    found.setdefault(x.name, x)
+            progress.start("containers", len(found))
+
+            def remove(x) -> None:
+                try:
+                    x.remove(force=True)        # SIGKILL, also of a paused container, then delete it
+                except Exception as exc:  # noqa: BLE001 - NotFound: already gone (idempotent)
+                    if getattr(getattr(exc, "response", None), "status_code", None) != 404:
+                        raise BackendError(f"could not remove container {x.name}: {exc}") from None
+
+            _parallel(remove, list(found.values()), lambda: progress.advance("containers"))
+            left = [x.name for x in lab_containers(c, state.lab)]
+            if left:
+                raise BackendError(f"{len(left)} containers of lab {state.lab} remain, e.g. {left[0]}")
+        if data.get("share"):
+            shutil.rmtree(data["share"], ignore_errors=True)
+
+    # --- processes --------------------------------------------------------------------------------------------
+    def _container(self, state: LabState, node: str):
+        name = container_name(state.lab, node)
+        if name not in (state.backend_data or {}).get("containers", []):
+            return None
+        try:
+            return self._docker().containers.get(name)
+        except Exception:  # noqa: BLE001 - NotFound
+            raise BackendError(f"the container {name} of lab {state.lab!r} does not exist") from None
+
+    def exec(self, state: LabState, node: str, argv: list[str]) -> int:
+        container = self._container(state, node)
+        if container is None:                       # a router: a plain namespace
+            return super().exec(state, node, argv)
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        api = self._docker().api
+        ex = api.exec_create(container.id, argv, stdout=True, stderr=True)
+        stream = api.exec_start(ex["Id"], stream=True, demux=True)
+        try:
+            for out, errs in stream:
+                if out:
+                    sys.stdout.buffer.write(out)
+                    sys.stdout.flush()
+                if errs:
+                    sys.stderr.buffer.write(errs)
+                    sys.stderr.flush()
+        except KeyboardInterrupt:
+            pid = api.exec_inspect(ex["Id"]).get("Pid")
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+        for _ in range(500):
+            info = api.exec_inspect(ex["Id"])
+            if not info.get("Running"):
+                return info.get("ExitCode") or 0
+            time.sleep(0.01)
+        return 1
+
+    def node_config(self, state: LabState, node: str, config: dict) -> dict:
+        paths = node_paths(state.lab, node)
+        return {**config, "event_log": str(paths["events"]), "control": str(paths["control"])}
+
+    def start_node(self, state: LabState, node: str, config: dict, run_dir: Path):
+        container = self._container(state, node)
+        if container is None:
+            raise BackendError(f"{node} is not a member of lab {state.lab} (no container)")
+        paths = node_paths(state.lab, node)
+        started = getattr(self, "_started", None)
+        if started is None or started[0] != run_dir:
+            self._started = started = (run_dir, set())
+        if node not in started[1]:                  # first start in this run: no files of an earlier run
+            for key in ("events", "log"):
+                paths[key].unlink(missing_ok=True)
+            started[1].add(node)
+        paths["config"].write_text(json.dumps(self.node_config(state, node, config), indent=1))
+        api = self._docker().api
+        ex = api.exec_create(container.id, node_argv(paths), stdout=False, stderr=False)
+        api.exec_start(ex["Id"], detach=True)
+        return DockerNodeProcess(self._docker(), container, ex["Id"])
+
+    def collect_node_files(self, state: LabState, node: str, run_dir: Path) -> None:
+        paths = node_paths(state.lab, node)
+        for key, dest in (("events", run_dir / "events" / f"{node}.jsonl"), ("log", run_dir / "logs" / f"{node}.log")):
+            if paths[key].exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with open(paths[key], "rb") as src, open(dest, "ab") as dst:
+                    shutil.copyfileobj(src, dst)
+                paths[key].unlink()
+
+    def health(self, state: LabState) -> list[str]:
+        problems = super().health(state)
+        want = set((state.backend_data or {}).get("containers", []))
+        if want:
+            try:
+                running = {x.name for x in self._docker().containers.list(filters={"label": f"{LABEL_LAB}={state.lab}",
+                                                                                  "status": "running"})}
+                paused = {x.name for x in self._docker().containers.list(filters={"label": f"{LABEL_LAB}={state.lab}",
+                                                                                 "status": "paused"})}
+            except DockerUnavailable as exc:
+                return problems + [str(exc)]
+            missing = sorted(want - running - paused)
+            if missing:
+                problems.append(f"{len(missing)} of {len(want)} containers are not running (e.g. {missing[0]})")
+        return problems
+
+    # --- measurements (benchmarks) ----------------------------------------------------------------------------
+    def memory(self, state: LabState) -> dict[str, int]:
+        """Memory charged to each member's container cgroup (bytes; cgroup v1 or v2), by node."""
+        out = {}
+        for x in lab_containers(self._docker(), state.lab):
+            out[x.labels.get(LABEL_NODE, x.name)] = container_memory(x)
+        return out
+
+
+def container_memory(container) -> int:
+    """Bytes the container's cgroup uses, without page cache when the kernel says how much that is."""
+    stats = container.stats(stream=False)
+    mem = stats.get("memory_stats", {})
+    usage = mem.get("usage", 0)
+    detail = mem.get("stats", {})
+    cache = detail.get("total_inactive_file", detail.get("inactive_file", 0))
+    return max(0, usage - cache)
+
+
+def _parallel(fn, items: list, on_done) -> None:
+    """Apply `fn` to items with WORKERS threads; the first error (or Ctrl-C) cancels what has not started."""
+    pool = ThreadPoolExecutor(max_workers=WORKERS)
+    try:
+        futures = [pool.submit(fn, it) for it in items]
+        for f in as_completed(futures):
+            f.result()
+            on_done()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,96 @@
+"""The Docker backend's pure parts (no engine, no root): container specs, node paths, image build commands,
+the error for a missing engine, and the runner-facing config rewrite."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from orchestrator import images
+from orchestrator.backends import docker as dk
+from orchestrator.backends.base import get_backend
+from orchestrator.errors import BackendError, SpecError
+from orchestrator.state import LabState
+
+
+def test_get_backend_knows_docker_and_names_the_choices():
+    assert get_backend("docker").name == "docker"
+    with pytest.raises(SpecError, match="mininet, docker"):
+        get_backend("vagrant")
+
+
+def test_container_spec_isolated_labelled_and_sharing_the_node_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("ORCHESTRATOR_DOCKER_SHARE", str(tmp_path))
+    share = dk.share_root("lab1")
+    spec = dk.container_spec("lab1", "h3", "img:1", share)
+    assert spec["network_mode"] == "none"
+    assert spec["name"] == "lab1-h3" and spec["hostname"] == "h3" and spec["image"] == "img:1"
+    assert spec["labels"] == {dk.LABEL_APP: "gossip-testbed", dk.LABEL_LAB: "lab1", dk.LABEL_NODE: "h3"}
+    # The share is mounted at the same path inside, so config paths mean the same on both sides.
+    assert spec["volumes"] == {str(share): {"bind": str(share), "mode": "rw"}}
+    assert spec["entrypoint"] == ["sleep", "infinity"] and spec["detach"] is True
+
+
+def test_node_paths_fit_a_unix_socket_and_the_command_is_an_argv(monkeypatch):
+    monkeypatch.delenv("ORCHESTRATOR_DOCKER_SHARE", raising=False)
+    p = dk.node_paths("a" * 16, "h9999")
+    assert len(str(p["control"]).encode()) < 108
+    assert all(v.parent == p["dir"] or v == p["dir"] for v in p.values())
+    argv = dk.node_argv(p)
+    assert argv[:2] == ["sh", "-c"]
+    words = shlex.split(argv[2])
+    assert words[:5] == ["exec", "python", "-m", "gossipnode", "--config"] and words[5] == str(p["config"])
+    assert f'>>{p["log"]}' in "".join(words[6:])
+
+
+def test_node_config_rewrites_only_the_paths(monkeypatch, tmp_path):
+    monkeypatch.setenv("ORCHESTRATOR_DOCKER_SHARE", str(tmp_path))
+    state = LabState(lab="lab2", backend="docker", shaper="tbf")
+    cfg = {"name": "h1", "id": 1, "event_log": "/runs/x/events/h1.jsonl", "control": "/tmp/ctl/h1.sock", "seed": 3}
+    got = dk.DockerBackend().node_config(state, "h1", cfg)
+    assert got == {**cfg, "event_log": str(tmp_path / "orch-docker-lab2" / "h1" / "events.jsonl"),
+                   "control": str(tmp_path / "orch-docker-lab2" / "h1" / "ctl.sock")}
+    assert cfg["event_log"] == "/runs/x/events/h1.jsonl"          # the caller's dict is left alone
+
+
+def test_collect_node_files_appends_into_the_run_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("ORCHESTRATOR_DOCKER_SHARE", str(tmp_path / "share"))
+    state = LabState(lab="lab3", backend="docker", shaper="tbf")
+    p = dk.node_paths("lab3", "h2")
+    p["dir"].mkdir(parents=True)
+    p["events"].write_text(json.dumps({"event": "x"}) + "\n")
+    p["log"].write_text("hello\n")
+    run = tmp_path / "run"
+    dk.DockerBackend().collect_node_files(state, "h2", run)
+    assert (run / "events" / "h2.jsonl").read_text() == '{"event": "x"}\n'
+    assert (run / "logs" / "h2.log").read_text() == "hello\n"
+    assert not p["events"].exists() and not p["log"].exists()      # a later run on the same lab starts clean
+    dk.DockerBackend().collect_node_files(state, "h2", run)         # nothing new: nothing changes
+    assert (run / "logs" / "h2.log").read_text() == "hello\n"
+
+
+def test_missing_engine_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nothing.sock")
+    with pytest.raises(dk.DockerUnavailable) as exc:
+        dk.client()
+    msg = str(exc.value)
+    assert "not running" in msg and "systemctl start docker" in msg and "dockerd" in msg
+    assert isinstance(exc.value, BackendError)
+
+
+def test_debootstrap_command_and_import_changes(tmp_path):
+    argv = images.debootstrap_argv("bookworm", tmp_path / "rootfs", "http://deb.debian.org/debian")
+    assert argv[0] == "debootstrap" and "--variant=minbase" in argv
+    include = next(a for a in argv if a.startswith("--include=")).split("=", 1)[1].split(",")
+    assert {"python3", "python3-venv", "iputils-ping"} <= set(include)
+    assert argv[-3:] == ["bookworm", str(tmp_path / "rootfs"), "http://deb.debian.org/debian"]
+    assert any(c.startswith("ENV PATH=") for c in images.import_changes())
+
+
+def test_dockerfile_keeps_base_image_overridable():
+    text = (images.NODE_DIR / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=" in text and "FROM ${BASE_IMAGE}" in text
+    assert 'ENTRYPOINT ["python", "-m", "gossipnode"]' in text
+    assert Path(images.NODE_DIR / "wheels").is_dir()
