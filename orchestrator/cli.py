@@ -348,6 +348,11 @@ def image_build(
     err.print(f"images ready in {time.monotonic() - t0:.1f} s")
 
 
+from orchestrator.cli_sweep import register as _register_sweep  # noqa: E402 - needs `app`
+
+_register_sweep(app)   # `sweep` and `tune`
+
+
 def main() -> None:
     try:
         app()

@@ -12,6 +12,7 @@ Each distinct x is evaluated once (f is memoised), so "iterations" and "evaluati
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,10 +40,15 @@ class TuneResult:
     upper_clamped: bool = False
 
     def to_json(self) -> dict:
-        return {"s": self.s, "f_s": self.fs, "window": [self.s1, self.s2],
+        """JSON-ready; an infinite f (no round completed at that x) is null."""
+        return {"s": self.s, "f_s": finite(self.fs), "window": [self.s1, self.s2],
                 "part1_iterations": self.part1_iterations, "part2_iterations": self.part2_iterations,
                 "lower_clamped": self.lower_clamped, "upper_clamped": self.upper_clamped,
-                "evaluations": [vars(e) for e in self.evaluations]}
+                "evaluations": [{**vars(e), "fx": finite(e.fx)} for e in self.evaluations]}
+
+
+def finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
 
 
 class _Memo:

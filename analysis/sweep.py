@@ -1,0 +1,269 @@
+"""Sweep analysis: the per-run summaries of a sweep directory (`orchestrator sweep`, sweep.json), aggregated per
+point over repetitions (mean and 95 % confidence interval), drawn as the GSGC paper's figures:
+
+- Figures 6 / 8: steps per round and TPR against the step interval, one line per sub-group size b (or per the
+  other coordinates), when the sweep has a step axis;
+- Figures 5 / 7: average and maximum queue size against the step interval, one line per b — from the delay
+  line's per-direction counters (tc/delayline.json): max_queue, and queue_sum / queued (the mean queue length
+  a packet met when it was admitted to a link's serialiser, over all packets of all link directions);
+- Figures 12 / 13: near-minimum TPR against the group size, one line per scheme (global, local gossip), when
+  the sweep has a member-count axis.
+
+Each run is analysed once by analysis.run (Spark; skipped when its analysis/metrics/summary.json exists); this
+module only reads those summaries and small JSON files, so its aggregation is pure and tested without Spark.
+
+A run's TPR here is the mean over its completed global rounds except round 0 when later rounds completed (the
+members start one after another, so round 0 also measures the start-up); `tpr_all_s` keeps every round.
+Writes under <sweep>/analysis/: points.csv, summary.csv, figures/*.png, sweep.md, sweep.html (and the per-run
+comparison report of analysis.report in comparison/).
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
+from analysis.run import write_csv
+
+# two-sided 95 % Student t quantiles, df = 1..30 (above: 1.96)
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+VALUES = ("tpr_s", "steps", "avg_queue", "max_queue", "queue_drops", "rounds")
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+
+
+def mean_ci(xs: list[float]) -> tuple[float | None, float | None]:
+    """Mean and the half-width of its 95 % confidence interval (Student t); (None, None) for no values, half-width
+    None for a single value."""
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return None, None
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, None
+    return m, t975(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def queue_stats(delayline: dict | None) -> dict[str, Any]:
+    """avg_queue (Σ queue_sum / Σ queued), max_queue (max over directions), overflowed (Σ) of tc/delayline.json."""
+    queues = (delayline or {}).get("queues") if isinstance(delayline, dict) else None
+    if not isinstance(queues, dict) or not queues:
+        return {"avg_queue": None, "max_queue": None, "overflowed": None}
+    qs = [q for q in queues.values() if isinstance(q, dict)]
+    queued = sum(q.get("queued") or 0 for q in qs)
+    has_sum = any("queue_sum" in q for q in qs)
+    return {"avg_queue": (sum(q.get("queue_sum") or 0 for q in qs) / queued) if has_sum and queued else None,
+            "max_queue": max((q.get("max_queue") or 0 for q in qs), default=None),
+            "overflowed": sum(q.get("overflowed") or 0 for q in qs)}
+
+
+def run_tpr(summary: dict) -> tuple[float | None, float | None, int]:
+    """(TPR, steps, rounds) of one run from its summary: rounds after round 0 when there are any."""
+    tprs, steps = summary.get("tpr_values_s") or [], summary.get("steps_values") or []
+    if len(tprs) >= 2:
+        tprs, steps = tprs[1:], steps[1:]
+    if not tprs:
+        return None, None, 0
+    return statistics.fmean(tprs), (statistics.fmean(s for s in steps if s is not None) if steps else None), len(tprs)
+
+
+def point_rows(index: dict, summaries: dict[str, dict], queues: dict[str, dict]) -> list[dict]:
+    """One row per selected point of sweep.json with its run's numbers (None where the run is missing)."""
+    rows = []
+    selected = index.get("selected") or list(index.get("points", {}))
+    for pid in selected:
+        e = index["points"].get(pid, {})
+        rd = e.get("run_dir")
+        s = summaries.get(rd) or {}
+        tpr, steps, rounds = run_tpr(s) if s else (None, None, 0)
+        q = queues.get(rd) or {}
+        rows.append({
+            "point": pid, "group": e.get("group"), **{f"c.{k}": v for k, v in (e.get("coords") or {}).items()},
+            "rep": e.get("rep"), "status": e.get("status"), "run_dir": rd,
+            "members": s.get("members"), "subgroup": s.get("subgroup"), "step_s": s.get("step_s"),
+            "tpr_s": tpr, "steps": steps, "rounds": rounds, "tpr_all_s": s.get("tpr_mean_s"),
+            "avg_queue": q.get("avg_queue"), "max_queue": q.get("max_queue"),
+            "queue_drops": s.get("queue_drops"),
+        })
+    return rows
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """Per point group (coordinates without the repetition): runs, and mean and 95 % CI of each value."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[r["group"]].append(r)
+    out = []
+    for g, rs in groups.items():
+        first = rs[0]
+        row = {"group": g, **{k: v for k, v in first.items() if k.startswith("c.")},
+               "members": first["members"], "subgroup": first["subgroup"], "step_s": first["step_s"],
+               "runs": len(rs), "runs_with_tpr": sum(1 for r in rs if r["tpr_s"] is not None)}
+        for v in VALUES:
+            m, ci = mean_ci([r[v] for r in rs if r[v] is not None])
+            row[f"{v}_mean"], row[f"{v}_ci95"] = m, ci
+        out.append(row)
+    return out
+
+
+def series(agg: list[dict], x: str, x_axis: str | None) -> dict[str, list[dict]]:
+    """Rows with a numeric x grouped into lines: the line's label is every coordinate except the x axis'."""
+    lines: dict[str, list[dict]] = defaultdict(list)
+    for r in agg:
+        if r.get(x) is None:
+            continue
+        label = ", ".join(f"{k[2:]}={v}" for k, v in r.items() if k.startswith("c.") and k[2:] != x_axis) or "all"
+        lines[label].append(r)
+    return {k: sorted(v, key=lambda r: r[x]) for k, v in lines.items()}
+
+
+def axis_named(index: dict, suffixes: tuple[str, ...]) -> str | None:
+    for a in index.get("axes") or []:
+        if any(a["key"].endswith(s) or a["name"] == s for s in suffixes):
+            return a["name"]
+    return None
+
+
+# --- figures ----------------------------------------------------------------------------------------------------
+
+def _plot_lines(ax, lines: dict[str, list[dict]], x: str, y: str, marker: str = "o-") -> None:
+    for label, rs in lines.items():
+        pts = [(r[x], r[f"{y}_mean"], r[f"{y}_ci95"] or 0.0) for r in rs if r[f"{y}_mean"] is not None]
+        if pts:
+            xs, ys, es = zip(*pts)
+            ax.errorbar(xs, ys, yerr=es, fmt=marker, ms=4, capsize=3, label=label)
+    if lines:
+        ax.legend(fontsize=7)
+
+
+def figures(index: dict, agg: list[dict], figdir: Path) -> list[tuple[str, Path]]:
+    from analysis import figures as base  # noqa: F401 - selects the Agg backend
+    import matplotlib.pyplot as plt
+
+    made = []
+    step_axis = axis_named(index, (".step", "step"))
+    if len({r["step_s"] for r in agg if r["step_s"] is not None}) >= 2:
+        lines = series(agg, "step_s", step_axis)
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+        _plot_lines(a1, lines, "step_s", "steps")
+        a1.set(xlabel="step interval (s)", ylabel="steps", title="(A) number of steps needed in a round")
+        _plot_lines(a2, lines, "step_s", "tpr_s")
+        a2.set(xlabel="step interval (s)", ylabel="seconds", title="(B) time per round (TPR)")
+        for a in (a1, a2):
+            a.set_ylim(bottom=0)
+        made.append(("Steps per round and TPR vs step interval (paper Figures 6 and 8)",
+                     base._save(fig, figdir / "tpr_steps_vs_step.png")))
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+        _plot_lines(a1, lines, "step_s", "avg_queue")
+        a1.set(xlabel="step interval (s)", ylabel="packets", title="(A) average queue size")
+        _plot_lines(a2, lines, "step_s", "max_queue")
+        a2.set(xlabel="step interval (s)", ylabel="packets", title="(B) maximum queue size")
+        for a in (a1, a2):
+            a.set_ylim(bottom=0)
+        made.append(("Average and maximum queue size vs step interval (paper Figures 5 and 7)",
+                     base._save(fig, figdir / "queues_vs_step.png")))
+    if len({r["members"] for r in agg if r["members"] is not None}) >= 2:
+        lines = series(agg, "members", axis_named(index, ("members.count", "count", "topology.nodes")))
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        _plot_lines(ax, lines, "members", "tpr_s")
+        ax.set(xlabel="group size n", ylabel="seconds", title="near-minimum TPR vs group size")
+        ax.set_ylim(bottom=0)
+        made.append(("TPR vs group size (paper Figures 12 and 13)", base._save(fig, figdir / "tpr_vs_group_size.png")))
+    return made
+
+
+# --- the whole analysis -----------------------------------------------------------------------------------------
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def collect(root: Path, index: dict, master: str = "local[*]") -> tuple[dict[str, dict], dict[str, dict]]:
+    """Summaries and queue statistics of the finished runs, analysing (Spark) the runs not yet analysed."""
+    finished = [e["run_dir"] for e in index.get("points", {}).values()
+                if e.get("run_dir") and e.get("status") == "completed"
+                and e.get("id") in set(index.get("selected") or index.get("points", {}))]
+    todo = [root / rd for rd in finished if not (root / rd / "analysis" / "metrics" / "summary.json").exists()]
+    if todo:
+        from analysis.cli import run_analysis
+        run_analysis(todo, master, root / "analysis" / "comparison")
+    summaries, queues = {}, {}
+    for rd in finished:
+        s = _read_json(root / rd / "analysis" / "metrics" / "summary.json")
+        if s is not None:
+            summaries[rd] = s
+        queues[rd] = queue_stats(_read_json(root / rd / "tc" / "delayline.json"))
+    return summaries, queues
+
+
+def analyze_sweep(root: Path, master: str = "local[*]") -> Path:
+    """Analyse a sweep directory; returns the path of its report (analysis/sweep.md)."""
+    root = Path(root)
+    index = _read_json(root / "sweep.json")
+    if not isinstance(index, dict) or "points" not in index:
+        from analysis.rundir import AnalysisError
+        raise AnalysisError(f"{root}: no sweep.json (not a sweep directory)")
+    summaries, queues = collect(root, index, master)
+    rows = point_rows(index, summaries, queues)
+    agg = aggregate(rows)
+    out = root / "analysis"
+    write_csv(out / "points.csv", rows)
+    write_csv(out / "summary.csv", agg)
+    made = figures(index, agg, out / "figures")
+    doc = Doc(f"Sweep {root.name}")
+    axes = ", ".join(f"{a['name']} ∈ {{{', '.join(a['values'])}}}" for a in index.get("axes") or [])
+    doc.add(Para(f"Experiment `{index.get('experiment_file')}`; axes: {axes or 'none'}; "
+                 f"{index.get('repetitions')} repetition(s); {len(rows)} point(s), "
+                 f"{sum(1 for r in rows if r['tpr_s'] is not None)} with a measured TPR."))
+    doc.add(Para("TPR: mean over a run's completed global rounds after round 0; per point the mean over the "
+                 "repetitions ± the half-width of the 95 % confidence interval (Student t). Queue sizes from the "
+                 "delay line: average = mean queue length met by an admitted packet, max over all link directions."))
+    doc.add(Heading(1, "Per point (mean ± 95 % CI over repetitions)"))
+    cols = [k for k in agg[0] if k.startswith("c.")] if agg else []
+    doc.add(Table([c[2:] for c in cols] + ["runs (with TPR)", "TPR (s)", "steps/round", "avg queue", "max queue",
+                                           "queue drops"],
+                  [[r[c] for c in cols] + [f"{r['runs']} ({r['runs_with_tpr']})",
+                                           *[_pm(r, v) for v in ("tpr_s", "steps", "avg_queue", "max_queue",
+                                                                 "queue_drops")]] for r in agg]))
+    for title, path in made:
+        doc.add(Heading(1, title))
+        doc.add(Figure(path, title))
+    missing = [r["point"] for r in rows if r["tpr_s"] is None]
+    if missing:
+        doc.add(Heading(1, "Points without a TPR"))
+        doc.add(Para(", ".join(f"{p} ({next(r['status'] for r in rows if r['point'] == p)})" for p in missing)))
+    md, _ = write(doc, out, "sweep")
+    return md
+
+
+def _pm(r: dict, v: str) -> str:
+    m, ci = r[f"{v}_mean"], r[f"{v}_ci95"]
+    if m is None:
+        return "-"
+    return f"{fmt(m)} ± {fmt(ci)}" if ci is not None else fmt(m)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m analysis.sweep", description="Analyse a sweep directory.")
+    p.add_argument("sweep_dir", type=Path)
+    p.add_argument("--master", default="local[*]")
+    args = p.parse_args(argv)
+    print(analyze_sweep(args.sweep_dir, args.master))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""`orchestrator sweep` and `orchestrator tune`: `register(app)` adds them to orchestrator.cli's app."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rich.console import Console
+
+from orchestrator.errors import OrchestratorError, SpecError
+
+err = Console(stderr=True)
+out = Console()
+
+
+def _parse_sets(sets: list[str] | None) -> dict[str, str]:
+    from orchestrator.cli import _parse_sets as parse
+
+    return parse(sets)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sweep)
+    app.command()(tune)
+
+
+def _fmt_eta(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class PointsProgress:
+    """One bar over the points (with an ETA from the points run so far) and, below it, the current run's steps
+    (replaced at every run instead of piling up)."""
+
+    def __init__(self):
+        self.bar = RichBar(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), console=err, transient=False)
+        self.points = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    # the runner's Progress
+    def start(self, step: str, total: int) -> None:
+        if step in self.tasks:
+            self.bar.remove_task(self.tasks[step])
+        self.tasks[step] = self.bar.add_task(f"  {step}", total=total, eta="")
+
+    def advance(self, step: str, n: int = 1) -> None:
+        self.bar.advance(self.tasks[step], n)
+
+    def note(self, message: str) -> None:
+        if message.startswith("WARNING") or "failed" in message:
+            self.bar.console.print(message, style="yellow")
+
+    # the sweep's points
+    def on_point(self, done: int, total: int, eta_s: float | None, pid: str, status: str) -> None:
+        if self.points is None:
+            self.points = self.bar.add_task("points", total=total, eta="")
+        self.bar.update(self.points, completed=done, eta=f"ETA {_fmt_eta(eta_s)}")
+        if pid:
+            self.bar.console.print(f"point {pid}: {status}")
+        elif status:
+            self.bar.console.print(status)
+
+
+def _sweep_options(cls, out_dir, only, axis, repetitions, backend, shaper, strict, analyze, master, **kw):
+    from orchestrator.sweeprun import parse_axis_option
+
+    axes = dict(parse_axis_option(a) for a in axis or [])
+    return cls(out=out_dir, only=list(only or []), axes=axes, repetitions=repetitions, backend=backend,
+               shaper=shaper, strict=strict, analyze=analyze, master=master, **kw)
+
+
+def sweep(
+    experiment: Path = typer.Argument(..., help="Experiment file with a `sweep:` block (axes, repetitions)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Sweep directory (default runs/sweeps/<name>); "
+                                                                "run again with the same one to resume."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="AXIS=VALUE: only these points (repeatable; "
+                                                                  "the same axis twice = either value; rep=N)."),
+    axis: Optional[List[str]] = typer.Option(None, "--axis", help="PATH=V1,V2,...: replace or add an axis."),
+    repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Override the repetitions."),
+    backend: str = typer.Option("mininet", help="mininet (default)."),
+    shaper: str = typer.Option("auto", help="auto|netem|delayline|tbf."),
+    strict_shaping: bool = typer.Option(False, "--strict-shaping"),
+    analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse the sweep at the end (Spark)."),
+    master: str = typer.Option("local[*]", help="Spark master for the analysis."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+) -> None:
+    """Run every point of a sweep (the axes' cartesian product x repetitions), one run directory per point;
+    resumable: finished points are skipped. Prints the sweep directory."""
+    from orchestrator.sweeprun import SweepOptions, run_sweep
+
+    opts = _sweep_options(SweepOptions, out_dir, only, axis, repetitions, backend, shaper, strict_shaping, analyze,
+                          master)
+    t0 = time.monotonic()
+    with PointsProgress() as progress:
+        root, data = run_sweep(experiment, opts, _parse_sets(set_), progress, progress.on_point)
+    sel = data.get("selected") or []
+    statuses = [data["points"][p].get("status") for p in sel]
+    failed = [p for p, s in zip(sel, statuses) if s != "completed"]
+    err.print(f"sweep: {len(sel) - len(failed)}/{len(sel)} points completed in {time.monotonic() - t0:.1f} s")
+    if analyze:
+        _analyze_sweep(root, master)
+    print(root)
+    if failed:
+        err.print(f"[red]not completed:[/] {', '.join(failed)}")
+        raise typer.Exit(1)
+
+
+def _analyze_sweep(root: Path, master: str) -> None:
+    from analysis.rundir import AnalysisError
+    from analysis.sweep import analyze_sweep
+
+    try:
+        md = analyze_sweep(root, master)
+    except AnalysisError as exc:
+        raise OrchestratorError(f"sweep analysis: {exc}") from None
+    err.print(f"sweep analysis: {md}")
+
+
+def tune(
+    experiment: Path = typer.Argument(..., help="Experiment file (its value of --param is replaced)."),
+    param: str = typer.Option("protocol.gsgc.step", "--param", help="The step-interval path in the experiment."),
+    a0: float = typer.Option(0.0, help="Smallest step interval of the search (s)."),
+    b0: float = typer.Option(20.0, help="Largest step interval of the search (s)."),
+    g: float = typer.Option(2.0, help="Part I stops when the interval is at most g wide (s)."),
+    e: float = typer.Option(0.10, help="Fluctuation index: the window keeps TPR within ±e·f(s)."),
+    p: float = typer.Option(1.0, help="Part II's initial search step (s)."),
+    resolution: float = typer.Option(0.01, help="Step intervals are rounded to this (s); each is measured once."),
+    upper: Optional[float] = typer.Option(None, help="Part II never goes above this (default b0)."),
+    reps: int = typer.Option(1, "--reps", help="Runs averaged into each f(x) (distinct seeds)."),
+    steps_per_run: Optional[float] = typer.Option(None, "--steps-per-run",
+                                                  help="Run duration = max(the experiment's, this many steps)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Tune directory (default runs/tune/<name>)."),
+    backend: str = typer.Option("mininet"),
+    shaper: str = typer.Option("auto"),
+    strict_shaping: bool = typer.Option(False, "--strict-shaping"),
+    master: str = typer.Option("local[*]", help="Spark master for the per-run analysis."),
+    json_: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+) -> None:
+    """The GSGC paper's adaptive method (§4.3, Figures 10-11): golden-ratio search for a near-minimum-TPR step
+    interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
+    from orchestrator.sweeprun import TuneOptions, run_tune
+
+    if reps < 1:
+        raise SpecError("--reps must be at least 1")
+    opts = _sweep_options(TuneOptions, out_dir, None, None, None, backend, shaper, strict_shaping, True, master,
+                          param=param, a0=a0, b0=b0, g=g, e=e, p=p, resolution=resolution, upper=upper,
+                          steps_per_run=steps_per_run, reps=reps)
+    spark_holder: dict = {}
+
+    def measure(root: Path, entries: list[dict]) -> list[float | None]:
+        from analysis.cli import run_analysis
+        from analysis.session import get_spark
+        from analysis.sweep import run_tpr
+
+        if "spark" not in spark_holder:
+            spark_holder["spark"] = get_spark(master)
+        dirs = [root / e["run_dir"] for e in entries if e.get("status") == "completed" and e.get("run_dir")]
+        todo = [d for d in dirs if not (d / "analysis" / "metrics" / "summary.json").exists()]
+        if todo:
+            run_analysis(todo, master, root / "analysis" / "comparison")
+        values = []
+        for e_ in entries:
+            f = root / (e_.get("run_dir") or "-") / "analysis" / "metrics" / "summary.json"
+            values.append(run_tpr(json.loads(f.read_text()))[0] if e_.get("status") == "completed" and f.exists()
+                          else None)
+        return values
+
+    with PointsProgress() as progress:
+        def on_eval(x, fx, values):
+            progress.bar.console.print(f"f({x:g} s) = {fx:.2f} s  (runs: {', '.join(_f(v) for v in values)})")
+        try:
+            root, res = run_tune(experiment, opts, measure, _parse_sets(set_), progress, on_eval)
+        finally:
+            if "spark" in spark_holder:
+                spark_holder["spark"].stop()
+    table = Table("order", "phase", "step interval (s)", "f = mean TPR (s)", "in window")
+    for ev in res.evaluations:
+        table.add_row(str(ev.order), ev.phase, f"{ev.x:g}", _f(ev.fx), "yes" if res.s1 <= ev.x <= res.s2 else "")
+    err.print(table)
+    err.print(f"s = {res.s:g} s, f(s) = {_f(res.fs)} s, window [s1, s2] = [{res.s1:g}, {res.s2:g}] s "
+              f"(Part I {res.part1_iterations} iterations, Part II {res.part2_iterations}; "
+              f"{len(res.evaluations)} step intervals measured){' [lower guard hit]' if res.lower_clamped else ''}"
+              f"{' [upper guard hit]' if res.upper_clamped else ''}")
+    err.print(f"tune.json: {root / 'tune.json'}")
+    if json_:
+        out.print_json(json.dumps(res.to_json(), default=lambda v: None))
+    else:
+        print(root)
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.2f}"

@@ -1,0 +1,301 @@
+"""`orchestrator sweep` and `orchestrator tune`: run the points of a sweep (or the step intervals the adaptive
+search asks for) one after another, one run directory per point, resumable.
+
+Sweep directory:
+    sweep.json                    the index: axes, repetitions, and per point its coordinates, settings, digest,
+                                  status, run directory and time; rewritten after every change
+    points/<point id>/experiment.yaml          the point's experiment (plain YAML, no templating left)
+    points/<point id>/<lab>-<UTC time>/        the run directory (`orchestrator run`'s)
+    analysis/                     the sweep analysis (analysis.sweep)
+
+A point is finished when sweep.json records it `completed`, with the same experiment digest, and its run
+directory's manifest says `completed`; a re-run of the same command skips finished points and runs the others
+(a point interrupted half-way is run again in a new run directory; the old one is left for inspection).
+"""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from orchestrator import sweep as sw
+from orchestrator.backends.base import NullProgress, Progress
+from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.spec import parse_experiment, render_template
+from orchestrator.tune import TuneResult, finite, tune
+from orchestrator.units import parse_time
+
+INDEX = "sweep.json"
+FINISHED = "completed"
+
+
+@dataclass
+class SweepOptions:
+    out: Path | None = None                    # the sweep directory (default runs/sweeps/<experiment name>)
+    only: list[str] = field(default_factory=list)
+    axes: dict[str, list[Any]] = field(default_factory=dict)   # --axis overrides
+    repetitions: int | None = None
+    backend: str = "mininet"
+    shaper: str = "auto"
+    strict: bool = False
+    analyze: bool = True
+    master: str = "local[*]"
+
+
+PointCallback = Callable[[int, int, "float | None", str, str], None]   # done, total, eta_s, point id, status
+
+
+def load_base(path: str | Path, variables: dict[str, Any] | None = None) -> dict:
+    """The experiment file as a dict (templating rendered); SpecError if unreadable or not a mapping."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    text = render_template(text, str(path), variables)
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: malformed YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{path}: an experiment file is a YAML mapping")
+    parse_experiment(text, str(path), variables)   # the base itself must be a valid experiment
+    return doc
+
+
+def parse_axis_option(item: str) -> tuple[str, list[Any]]:
+    """`--axis protocol.gsgc.step=2s,5s,9s` → ("protocol.gsgc.step", ["2s", "5s", "9s"]); numbers stay numbers."""
+    if "=" not in item:
+        raise SpecError(f"--axis {item!r}: expected PATH=V1,V2,...")
+    key, vals = item.split("=", 1)
+    values = [yaml.safe_load(v) for v in vals.split(",") if v != ""]
+    if not values:
+        raise SpecError(f"--axis {item!r}: no values")
+    return key, values
+
+
+def sweep_spec(base: dict, opts: SweepOptions, where: str) -> sw.SweepSpec:
+    spec = sw.parse_sweep(base.get("sweep") or {"axes": {}}, f"{where}: sweep")
+    for key, values in opts.axes.items():
+        spec = sw.override_axis(spec, key, values)
+    if opts.repetitions is not None:
+        if opts.repetitions < 1:
+            raise SpecError("--repetitions must be at least 1")
+        spec = sw.SweepSpec(spec.axes, opts.repetitions, spec.seed_paths)
+    return spec
+
+
+class _Index:
+    """sweep.json: read once, rewritten atomically after every change."""
+
+    def __init__(self, path: Path, header: dict):
+        self.path = path
+        old = json.loads(path.read_text()) if path.exists() else {}
+        self.data = {**old, **header, "points": old.get("points", {})}
+        self.save()
+
+    def save(self) -> None:
+        self.data["updated"] = time.time()
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.path)
+
+    def point(self, pid: str) -> dict:
+        return self.data["points"].setdefault(pid, {})
+
+
+def _manifest_status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text()).get("status")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def is_finished(entry: dict, root: Path, digest: str) -> bool:
+    rd = entry.get("run_dir")
+    return (entry.get("status") == FINISHED and entry.get("digest") == digest and rd is not None
+            and _manifest_status(root / rd) == FINISHED)
+
+
+def _prepare(base: dict, points: list[sw.Point], root: Path, where: str) -> dict[str, tuple[dict, str]]:
+    """Every point's experiment, validated before anything runs: id → (experiment dict, digest)."""
+    out = {}
+    for p in points:
+        doc = sw.point_experiment(base, p)
+        try:
+            parse_experiment(yaml.safe_dump(doc, sort_keys=False), f"{where} [{p.id}]")
+        except SpecError as exc:
+            raise SpecError(f"sweep point {p.id}: {exc}") from None
+        out[p.id] = (doc, sw.digest(doc))
+    return out
+
+
+def _interrupts_as_keyboardinterrupt():
+    """SIGTERM (and SIGINT even when inherited as ignored) raise KeyboardInterrupt, so the run cleans up."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+
+def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opts: SweepOptions,
+               progress: Progress | None = None, on_point: PointCallback | None = None,
+               where: str = "sweep") -> dict:
+    """Run the unfinished points; returns the index data. Ctrl-C/SIGTERM: the current run is stopped and
+    collected by the runner, the point is marked interrupted, and KeyboardInterrupt propagates."""
+    from orchestrator.runner import RunOptions, run as run_experiment
+
+    progress = progress or NullProgress()
+    prepared = _prepare(base, points, root, where)
+    root.mkdir(parents=True, exist_ok=True)
+    index = _Index(root / INDEX, header)
+    todo = [p for p in points if not is_finished(index.point(p.id), root, prepared[p.id][1])]
+    skipped = len(points) - len(todo)
+    done, elapsed = skipped, []
+    guess = None
+    try:
+        guess = parse_time(base.get("duration", "60s")) * 1.5 + 30
+    except ValueError:
+        pass
+    if on_point:
+        on_point(done, len(points), sw.eta([], len(todo), guess), "", f"{skipped} finished before, skipped")
+    restore = _interrupts_as_keyboardinterrupt()
+    try:
+        for p in todo:
+            doc, digest = prepared[p.id]
+            pdir = root / "points" / p.id
+            pdir.mkdir(parents=True, exist_ok=True)
+            exp_file = pdir / "experiment.yaml"
+            exp_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+            entry = index.point(p.id)
+            entry.update(id=p.id, group=p.group, coords=dict(p.coords), rep=p.rep,
+                         sets=[[k, v] for k, v in p.sets], digest=digest, status="running",
+                         started_at=time.time(), run_dir=None, error=None)
+            index.save()
+            t0 = time.monotonic()
+            before = set(pdir.iterdir())
+            try:
+                run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
+                                                              strict=opts.strict), progress)
+                entry["run_dir"] = str(run_dir.relative_to(root.resolve()))
+                entry["status"] = _manifest_status(run_dir) or "unknown"
+            except KeyboardInterrupt:
+                entry["status"] = "interrupted"
+                raise
+            except OrchestratorError as exc:
+                entry["status"], entry["error"] = "failed", str(exc)
+                progress.note(f"point {p.id} failed: {exc}")
+            finally:
+                if entry.get("run_dir") is None:        # find the run directory the runner made, if any
+                    made = [d for d in set(pdir.iterdir()) - before if d.is_dir()]
+                    if made:
+                        entry["run_dir"] = str(made[0].resolve().relative_to(root.resolve()))
+                entry["elapsed_s"] = time.monotonic() - t0
+                entry["ended_at"] = time.time()
+                index.save()
+            elapsed.append(entry["elapsed_s"])
+            done += 1
+            if on_point:
+                on_point(done, len(points), sw.eta(elapsed, len(points) - done), p.id, entry["status"])
+    finally:
+        restore()
+    return index.data
+
+
+def default_dir(base: dict, path: str | Path, kind: str) -> Path:
+    return Path("runs") / kind / (base.get("name") or Path(path).stem)
+
+
+def run_sweep(path: str | Path, opts: SweepOptions, variables: dict | None = None,
+              progress: Progress | None = None, on_point: PointCallback | None = None) -> tuple[Path, dict]:
+    """Expand the experiment's sweep and run it. Returns (sweep directory, index data)."""
+    base = load_base(path, variables)
+    spec = sweep_spec(base, opts, str(path))
+    points = sw.expand(spec, base, sw.parse_only(opts.only, spec))
+    if not points:
+        raise SpecError(f"{path}: --only selects no point")
+    root = (opts.out or default_dir(base, path, "sweeps")).resolve()
+    header = {
+        "kind": "sweep", "experiment_file": str(path), "variables": variables or {},
+        "axes": [{"name": a.name, "key": a.key, "values": [v.label for v in a.values]} for a in spec.axes],
+        "repetitions": spec.repetitions, "seed_paths": list(spec.seed_paths), "only": list(opts.only),
+        "selected": [p.id for p in points],
+    }
+    data = run_points(base, points, root, header, opts, progress, on_point, str(path))
+    return root, data
+
+
+# --- tune -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class TuneOptions(SweepOptions):
+    param: str = "protocol.gsgc.step"
+    a0: float = 0.0
+    b0: float = 20.0
+    g: float = 2.0
+    e: float = 0.10
+    p: float = 1.0
+    resolution: float = 0.01
+    upper: float | None = None
+    steps_per_run: float | None = None     # duration = max(base duration, steps_per_run * x)
+    reps: int = 1
+
+
+def _fmt_x(x: float) -> str:
+    return f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def tune_points(base: dict, opts: TuneOptions, x: float) -> list[sw.Point]:
+    """The runs measuring f(x): `reps` repetitions with the parameter set to x seconds (and the duration)."""
+    spec = sw.parse_sweep({"axes": {opts.param: [f"{_fmt_x(x)}s"]}, "repetitions": opts.reps})
+    pts = sw.expand(spec, base)
+    if opts.steps_per_run:
+        dur = max(parse_time(base.get("duration", "60s")), opts.steps_per_run * x)
+        pts = [sw.Point(p.id, p.coords, p.rep, p.sets + (("duration", f"{math.ceil(dur)}s"),)) for p in pts]
+    return pts
+
+
+def run_tune(path: str | Path, opts: TuneOptions, measure: Callable[[Path, list[dict]], list[float | None]],
+             variables: dict | None = None, progress: Progress | None = None,
+             on_eval: Callable[[float, float, list], None] | None = None) -> tuple[Path, TuneResult]:
+    """The adaptive search with f(x) = the mean of `measure(root, entries)` (one TPR per finished run of x,
+    None for a run in which no round completed: f is infinite if no run completed one)."""
+    base = load_base(path, variables)
+    sw.get_path(base, opts.param)
+    root = (opts.out or default_dir(base, path, "tune")).resolve()
+    header = {"kind": "tune", "experiment_file": str(path), "variables": variables or {}, "param": opts.param,
+              "inputs": {k: getattr(opts, k) for k in ("a0", "b0", "g", "e", "p", "resolution", "upper",
+                                                        "steps_per_run", "reps")}}
+    evaluations: list[dict] = []
+
+    def f(x: float) -> float:
+        pts = tune_points(base, opts, x)
+        data = run_points(base, pts, root, header, opts, progress, None, str(path))
+        entries = [data["points"][p.id] for p in pts]
+        values = measure(root, entries)
+        ok = [v for v in values if v is not None]
+        fx = sum(ok) / len(ok) if ok else math.inf
+        evaluations.append({"x": x, "f": finite(fx), "runs": [{"point": e["id"], "run_dir": e.get("run_dir"), "tpr_s": v}
+                                                       for e, v in zip(entries, values)]})
+        _write_tune(root, header, evaluations, None)
+        if on_eval:
+            on_eval(x, fx, values)
+        return fx
+
+    result = tune(f, opts.a0, opts.b0, opts.g, opts.e, opts.p, opts.resolution, opts.upper)
+    _write_tune(root, header, evaluations, result)
+    return root, result
+
+
+def _write_tune(root: Path, header: dict, evaluations: list[dict], result: TuneResult | None) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    out = {**header, "evaluations": evaluations, "result": result.to_json() if result else None,
+           "written_at": datetime.now(timezone.utc).isoformat()}
+    (root / "tune.json").write_text(json.dumps(out, indent=1, default=str))
