@@ -17,6 +17,7 @@ from orchestrator import lab as labmod
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.graph import draw_png, to_dot
 from orchestrator.plan import build_plan
+from orchestrator.shaping.probe import check_shaper
 from orchestrator.spec import load_experiment
 from orchestrator.state import list_labs, load_state
 
@@ -105,6 +106,7 @@ def up(
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
 ) -> None:
     """Build the experiment's network and leave it running."""
+    check_shaper(shaper)
     prep = labmod.prepare(experiment, name, _parse_sets(set_))
     t0 = time.monotonic()
     with BarProgress(err) as progress:
@@ -133,6 +135,7 @@ def run(
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
 ) -> None:
     """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection."""
+    check_shaper(shaper)
     from orchestrator.runner import RunOptions, run as run_experiment
 
     opts = RunOptions(backend=backend, out=out_dir, keep=keep, seed=seed, shaper=shaper, strict=strict_shaping,
@@ -359,7 +362,7 @@ def main() -> None:
     except OrchestratorError as exc:
         if _debug:
             traceback.print_exc()
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

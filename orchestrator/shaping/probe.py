@@ -12,7 +12,16 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.errors import ShapingError
+from orchestrator.errors import ShapingError, SpecError
+
+SHAPERS = ("auto", "netem", "delayline", "tbf")
+
+
+def check_shaper(wanted: str) -> str:
+    """An input check (exit 2) for --shaper, before anything is probed or built."""
+    if wanted not in SHAPERS:
+        raise SpecError(f"--shaper: unknown shaper {wanted!r} ({', '.join(SHAPERS)})")
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -35,8 +44,7 @@ class Capabilities:
                 if available[shaper]:
                     return shaper
             raise ShapingError("this kernel has none of netem, NFQUEUE or tbf: links cannot be shaped")
-        if wanted not in available:
-            raise ShapingError(f"unknown shaper {wanted!r} (auto, netem, delayline, tbf)")
+        check_shaper(wanted)
         if not available[wanted]:
             need = {"netem": "sch_netem", "delayline": "the iptables NFQUEUE target", "tbf": "sch_tbf"}[wanted]
             raise ShapingError(f"--shaper {wanted}: this kernel lacks {need} (probe: {', '.join(self.notes)})")
