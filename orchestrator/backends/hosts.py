@@ -57,7 +57,10 @@ class HostsBackend(Backend):
         deploy.save_record(state.dir, record)          # before anything is created on a host
         progress.note(f"deploying {len(hosts)} host(s) with ansible-runner (private data dir {data_dir})")
         ctx = deploy.context(record, plan, data_dir)
-        res = ctx.run("up.yml", progress)
+        try:
+            res = ctx.run("up.yml", progress)
+        finally:
+            ctx.close()
         # Hosts where no task ever succeeded (unreachable, no sudo) hold nothing of the lab.
         record["touched"] = sorted(res.touched)
         record["deploy_s"] = res.elapsed_s
@@ -93,7 +96,10 @@ class HostsBackend(Backend):
                 data_dir = state.dir / "ansible"
             ctx = deploy.context(record, state.load_plan(), data_dir)
             progress.note(f"tearing down on {', '.join(record['touched'])}")
-            res = ctx.run("teardown.yml", progress, limit=record["touched"])
+            try:
+                res = ctx.run("teardown.yml", progress, limit=record["touched"])
+            finally:
+                ctx.close()
             if res.failures or res.status != "successful":
                 record["touched"] = sorted(res.failures) or record["touched"]
                 deploy.save_record(state.dir, record)
@@ -132,7 +138,10 @@ class HostsBackend(Backend):
         if state.status != "up":
             return []
         ctx = deploy.context(record, state.load_plan(), state.dir / "ansible-status")
-        res = ctx.run("status.yml")
+        try:
+            res = ctx.run("status.yml")
+        finally:
+            ctx.close()
         shutil.rmtree(state.dir / "ansible-status", ignore_errors=True)
         problems = [f"{h}: {why}" for h, why in sorted(res.failures.items())]
         for h, r in sorted(res.reports.items()):

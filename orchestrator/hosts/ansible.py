@@ -12,6 +12,10 @@ import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
+import tempfile
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +76,7 @@ class AnsibleContext:
     forks: int = 16
     timeout_s: int = 600
     _count: int = 0
+    _cp_dir: Path | None = None
 
     def prepare(self) -> None:
         for sub in ("inventory", "env", "tmp"):
@@ -84,7 +89,9 @@ class AnsibleContext:
         for p in (self.known_hosts,):
             if not SSH_OPT_PATH_RE.match(str(p)):
                 raise OrchestratorError(f"{p}: use a path of letters, digits and _ . / @ + - for known_hosts")
-        ssh_args = ["-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "BatchMode=yes",
+        # One SSH connection per host, reused by every task (ControlMaster); `close()` ends the masters.
+        self._cp_dir = Path(tempfile.mkdtemp(prefix="gtcp-", dir="/tmp"))
+        ssh_args = ["-o", "ControlMaster=auto", "-o", "ControlPersist=120s", "-o", "BatchMode=yes",
                     "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=5", "-o", f"UserKnownHostsFile={self.known_hosts}",
                     "-o", "GlobalKnownHostsFile=/dev/null",
                     "-o", f"StrictHostKeyChecking={'accept-new' if self.accept_new_host_keys else 'yes'}"]
@@ -92,6 +99,7 @@ class AnsibleContext:
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_SSH_ARGS": shlex.join(ssh_args),
             "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self._cp_dir),
             "ANSIBLE_TIMEOUT": "5",
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_LOCAL_TEMP": str(self.data_dir / "tmp"),
@@ -99,6 +107,8 @@ class AnsibleContext:
             "ANSIBLE_FORKS": str(self.forks),
             "ANSIBLE_DEPRECATION_WARNINGS": "False",
             "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
+            # ansible-playbook from this interpreter's environment (the venv), whatever the caller's PATH
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
         }
         (self.data_dir / "env" / "envvars").write_text(json.dumps(envvars, indent=1))
 
@@ -152,6 +162,17 @@ class AnsibleContext:
         res.elapsed_s = time.monotonic() - t0
         res.status, res.rc = r.status, r.rc
         return res
+
+    def close(self) -> None:
+        """End the SSH master connections of this context (nothing of it outlives the command)."""
+        d = getattr(self, "_cp_dir", None)
+        if d is None:
+            return
+        for sock in d.iterdir() if d.exists() else []:
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "gossip-testbed-control"],
+                           capture_output=True, timeout=10)
+        shutil.rmtree(d, ignore_errors=True)
+        self._cp_dir = None
 
     def check(self, res: PlaybookResult, what: str) -> None:
         if res.status == "successful" and not res.failures:

@@ -20,6 +20,7 @@ from orchestrator.plan import NetworkPlan
 REPO = Path(__file__).resolve().parent.parent.parent
 NODE_SRC = REPO / "node_image" / "gossipnode"
 AGENT = Path(__file__).resolve().parent / "agent.py"
+TOOLS = Path(__file__).resolve().parent / "tools"
 # The node's only dependency outside the standard library (as node_image/Dockerfile installs it).
 NODE_REQUIREMENTS = ["pydantic>=2.6,<3"]
 HOSTS_RECORD = "hosts.json"
@@ -36,15 +37,18 @@ def node_wheels() -> Path:
     d = wheel_cache()
     stamp = d / "requirements.txt"
     want = "\n".join(NODE_REQUIREMENTS) + "\n"
-    if stamp.exists() and stamp.read_text() == want and any(d.glob("pydantic-*.whl")):
+    if stamp.exists() and stamp.read_text() == want and any(d.glob("pydantic-*.whl")) \
+            and any((d / "pip").glob("pip-*.whl")):
         return d
     d.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                        "--only-binary=:all:", "--dest", str(d), *NODE_REQUIREMENTS],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise OrchestratorError(f"cannot download the node's dependency wheels ({', '.join(NODE_REQUIREMENTS)}): "
-                                f"{r.stderr.strip()[-500:]}")
+    # The dependencies, and a pip wheel to install them with (hosts get a venv without ensurepip: faster).
+    for dest, reqs in ((d, NODE_REQUIREMENTS), (d / "pip", ["pip"])):
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                            "--only-binary=:all:", "--no-deps" if dest != d else "--prefer-binary", "--dest",
+                            str(dest), *reqs], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise OrchestratorError(f"cannot download wheels for the hosts ({', '.join(reqs)}): "
+                                    f"{r.stderr.strip()[-500:]}")
     stamp.write_text(want)
     return d
 
@@ -67,8 +71,50 @@ def build_bundle(dest: Path) -> Path:
         for f in sorted(wheels.glob("*.whl")):
             tar.add(f, arcname=f"wheels/{f.name}")
         add_bytes(tar, "wheels/requirements.txt", ("\n".join(NODE_REQUIREMENTS) + "\n").encode())
+        for f in sorted((wheels / "pip").glob("pip-*.whl"))[-1:]:
+            tar.add(f, arcname=f"tools/{f.name}")
+        for f in sorted(TOOLS.glob("*.py")):
+            tar.add(f, arcname=f"tools/{f.name}")
         tar.add(AGENT, arcname="agent.py")
     return out
+
+
+def stage_tarball(dest: Path, member: str, config: dict, agent_config: dict) -> Path:
+    """dest/<member>.tar.gz: a host's fresh run directory (run/configs/<member>.json, run/agent.json and the
+    empty directories the node, tcpdump and the pid files write to)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / f"{member}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for sub in ("run", "run/configs", "run/events", "run/logs", "run/pcaps", "run/pids", "run/ctl"):
+            info = tarfile.TarInfo(sub)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for name, doc in ((f"run/configs/{member}.json", config), ("run/agent.json", agent_config)):
+            data = json.dumps(doc, indent=1).encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+def unpack_collected(tarball: Path, run_dir: Path, member: str) -> list[str]:
+    """Extract a host's collected files into the run directory: only that member's own files (events/<m>.jsonl,
+    logs/<m>.log, logs/<m>-tcpdump.log, pcaps/<m>-*.pcap), nothing outside it. Returns the names extracted."""
+    allowed = {f"events/{member}.jsonl", f"logs/{member}.log", f"logs/{member}-tcpdump.log"}
+    names = []
+    with tarfile.open(tarball, "r:gz") as tar:
+        for m in tar.getmembers():
+            name = m.name.removeprefix("./")
+            ok = name in allowed or (name.startswith(f"pcaps/{member}-") and name.endswith(".pcap")
+                                     and "/" not in name[len("pcaps/"):])
+            if not ok or not m.isfile():
+                continue
+            target = run_dir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(m) as src, open(target, "wb") as dst:
+                dst.write(src.read())
+            names.append(name)
+    return names
 
 
 def save_record(state_dir: Path, record: dict) -> None:

@@ -107,9 +107,7 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
     (run_dir / "plan.json").write_text(json.dumps(realised_plan(plan.to_dict(), hosts), indent=1, sort_keys=True))
     for m, cfg in configs.items():
         (run_dir / "configs" / f"{m}.json").write_text(json.dumps(cfg, indent=1))
-        (files / f"{m}.json").write_text(json.dumps(cfg, indent=1))
-        (files / f"{m}.agent.json").write_text(json.dumps(render.agent_config(by_member[m], lab_name,
-                                                                              cfg["control"]), indent=1))
+        deploy.stage_tarball(files, m, cfg, render.agent_config(by_member[m], lab_name, cfg["control"]))
     manifest = {
         "run_id": run_id, "experiment_file": str(experiment_path), "spec": exp.model_dump(mode="json"),
         "seed": exp.seed, "backend": "hosts", "plan_digest": plan.digest(), "lab": lab_name,
@@ -186,8 +184,11 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
                 res = ctx.run(book, progress)
                 for h, why in sorted(res.failures.items()):
                     log(f"{book} on {h}: {why}")
+                if book == "collect.yml":
+                    _unpack(res, run_dir, hosts, log)
             except Exception as exc:  # noqa: BLE001 - must not hide the run's own outcome
                 log(f"{book} failed: {exc}")
+        ctx.close()
         record({"event": "run_stopped", "reason": stopped})
         captures = []
         if exp.capture.interfaces != "none":
@@ -209,6 +210,18 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
             progress.note("tearing down ...")
             labmod.teardown(lab_name, progress)
     return run_dir
+
+
+def _unpack(res, run_dir: Path, hosts: list[Host], log) -> None:
+    """The collected tarballs into the run directory; tc statistics from the hosts' reports."""
+    for h in hosts:
+        tarball = run_dir / "ansible" / "collected" / f"{h.member}.tar.gz"
+        if tarball.exists():
+            names = deploy.unpack_collected(tarball, run_dir, h.member)
+            log(f"collected from {h.name}: {', '.join(names)}")
+        tc = res.reports.get(h.name, {}).get("tc")
+        if tc is not None:
+            (run_dir / "tc" / f"{h.member}.json").write_text(json.dumps(tc, indent=1))
 
 
 def _alive(sessions: Sessions, members: list[str]) -> dict[str, bool]:
