@@ -39,9 +39,13 @@ def scan_captures(files: DataFrame) -> DataFrame:
     return files.sparkSession.createDataFrame(_one_file_per_task(files).map(scan), CAPTURES)
 
 
-def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str]) -> DataFrame:
-    """FILES → PACKETS: every readable frame of every pcap. `names` maps addresses to plan node names."""
-    rows = _one_file_per_task(files).flatMap(lambda cap: packet_rows(cap, run_id, t0, names))
+def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str],
+                  clock_offsets: dict[str, float] | None = None) -> DataFrame:
+    """FILES → PACKETS: every readable frame of every pcap. `names` maps addresses to plan node names.
+    `clock_offsets` (node → its host's clock minus the controller's, real hosts) put `ts` on one clock."""
+    offs = dict(clock_offsets or {})
+    rows = _one_file_per_task(files).flatMap(lambda cap: packet_rows(cap, run_id, t0, names,
+                                                                      offs.get(cap.node, 0.0)))
     return files.sparkSession.createDataFrame(rows, PACKETS, verifySchema=False)
 
 
@@ -63,10 +67,15 @@ def _valid(e) -> F.Column:
     return e.isNotNull() & e["ts"].isNotNull() & e["node"].isNotNull() & e["event"].isNotNull()
 
 
-def parse_events(lines: DataFrame, run_id: str, t0: float) -> DataFrame:
-    """(value, source) → EVENTS. Lines that are not event records are left out: `malformed_events` counts them."""
+def parse_events(lines: DataFrame, run_id: str, t0: float, clock_offsets: dict[str, float] | None = None) -> DataFrame:
+    """(value, source) → EVENTS. Lines that are not event records are left out: `malformed_events` counts them.
+    `clock_offsets` (node → its host's clock minus the controller's, real hosts) are subtracted from `ts`."""
     df = _parsed(lines)
     e = F.col("e")
+    off = F.lit(0.0)
+    if clock_offsets:
+        pairs = [x for node, o in sorted(clock_offsets.items()) for x in (F.lit(node), F.lit(float(o)))]
+        off = F.coalesce(F.element_at(F.create_map(*pairs), e["node"]), F.lit(0.0))
     cols = []
     for f in EVENTS.fields:
         if f.name == "run_id":
@@ -74,7 +83,9 @@ def parse_events(lines: DataFrame, run_id: str, t0: float) -> DataFrame:
         elif f.name == "source":
             cols.append(F.col("source"))
         elif f.name == "t_s":
-            cols.append((e["ts"] - F.lit(t0)).alias("t_s"))
+            cols.append((e["ts"] - off - F.lit(t0)).alias("t_s"))
+        elif f.name == "ts":
+            cols.append((e["ts"] - off).alias("ts"))
         elif f.name == "raw":
             cols.append(F.col("value").alias("raw"))
         else:

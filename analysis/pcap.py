@@ -233,9 +233,11 @@ def _not_ipv4(ethertype: int) -> str | None:
     return None if ethertype == _ETHERTYPE_IPV4 else f"not IPv4 (ethertype {ethertype:#06x})"
 
 
-def packet_rows(cap: CaptureFile, run_id: str, t0: float, names: dict[str, str]) -> Iterator[tuple]:
+def packet_rows(cap: CaptureFile, run_id: str, t0: float, names: dict[str, str],
+                clock_offset_s: float = 0.0) -> Iterator[tuple]:
     """Rows of the PACKETS table for every readable frame of `cap`. A file that cannot be read (missing,
-    corrupt, truncated, unsupported link type) yields what precedes the problem: `scan` reports the problem."""
+    corrupt, truncated, unsupported link type) yields what precedes the problem: `scan` reports the problem.
+    `clock_offset_s`: the capturing host's clock minus the controller's (real hosts); subtracted from `ts`."""
     try:
         pf = PcapFile(cap.path, cap.file)
     except (OSError, PcapError):
@@ -245,6 +247,7 @@ def packet_rows(cap: CaptureFile, run_id: str, t0: float, names: dict[str, str])
         head = (run_id, cap.node, cap.interface, cap.file)
         try:
             for n, ts, cap_len, orig_len, data in pf:
+                ts -= clock_offset_s
                 yield head + (n, ts, ts - t0, orig_len, cap_len) + dec.decode(data)
         except PcapError:
             return

@@ -102,9 +102,10 @@ def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
     # Ingest.
     files = ingest.files_frame(spark, run.captures)
     scanned = _rows(ingest.scan_captures(files))
-    ingest.write_packets(ingest.parse_packets(files, run.run_id, run.t0, run.addresses()), out / "packets")
+    ingest.write_packets(ingest.parse_packets(files, run.run_id, run.t0, run.addresses(), run.clock_offsets),
+                         out / "packets")
     lines = ingest.read_event_lines(spark, run.event_logs)
-    ingest.write_events(ingest.parse_events(lines, run.run_id, run.t0), out / "events")
+    ingest.write_events(ingest.parse_events(lines, run.run_id, run.t0, run.clock_offsets), out / "events")
     for m in _rows(ingest.malformed_events(lines)):
         run.warnings.append(f"events/{m['source']}: {m['lines']} line(s) are not JSON event records "
                             f"(e.g. {m['first']!r}); skipped")

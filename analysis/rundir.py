@@ -46,6 +46,7 @@ class RunDir:
     delayline: dict | None
     fidelity: dict | None
     warnings: list[str] = field(default_factory=list)
+    clock_offsets: dict[str, float] = field(default_factory=dict)   # node → host clock - controller clock
 
     @property
     def run_id(self) -> str:
@@ -174,4 +175,5 @@ def load(path: Path) -> RunDir:
 
     return RunDir(path=path, manifest=manifest, plan=plan, members=members, gsgc=gsgc, t0=float(t0 or 0.0),
                   end=float(end) if end is not None else None, captures=captures, event_logs=event_logs,
-                  tc=tc, delayline=delayline, fidelity=fidelity, warnings=warnings)
+                  tc=tc, delayline=delayline, fidelity=fidelity, warnings=warnings,
+                  clock_offsets={str(k): float(v) for k, v in (manifest.get("clock_offsets_s") or {}).items()})
