@@ -48,7 +48,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates "$suite" "$rootfs" "$mirror"
+debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,iputils-ping,iproute2 "$suite" "$rootfs" "$mirror"
 
 # A container needs no package lists, caches, documentation or man pages.
 chroot "$rootfs" apt-get clean

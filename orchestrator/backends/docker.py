@@ -13,8 +13,9 @@ What runs where:
   the same path in the container and on the host, and are copied into the run directory at the end.
   crash = SIGKILL of the node process (the container and its network stay, like a host whose process died);
   restart = a new exec; pause and perturb = SIGSTOP/SIGCONT of the node process (`docker pause` through the
-  engine is 20-55 ms late per call, too coarse for 100 ms perturbations). A crash does not kill the container itself: with `network_mode="none"` a restarted container
-  gets a NEW network namespace, which would lose the node's wiring.
+  engine is 20-55 ms late per call, too coarse for 100 ms perturbations). A crash does not kill the container
+  itself: with `network_mode="none"` a restarted container gets a NEW network namespace, without the node's
+  wiring.
 - Captures, the fidelity probe and tc statistics run host tools inside the node's namespace (`popen`, inherited
   from the Mininet backend), as on Mininet: tcpdump writes straight into the run directory.
 - `orchestrator exec` runs the command inside the member's container (the image's own tools: the debootstrap
@@ -90,7 +91,7 @@ def container_name(lab: str, node: str) -> str:
 
 def lab_containers(c, lab: str) -> list:
     """Every container, running or not, labelled as belonging to `lab`."""
-    return c.containers.list(all=True, filters={"label": f"{LABEL_LAB}={lab}"})
+    return c.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_LAB}={lab}"})
 
 
 def container_spec(lab: str, node: str, image: str, share: Path) -> dict:
@@ -191,15 +192,22 @@ class DockerBackend(MininetBackend):
         return self._local.client
 
     # --- build ------------------------------------------------------------------------------------------------
+    def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
+        # The engine and the image are checked before anything is created.
+        image = node_image()
+        try:
+            self._docker().images.get(image)
+        except DockerUnavailable:
+            raise
+        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+            raise BackendError(f"the node image {image} does not exist: build it with `orchestrator image build` "
+                               f"(or `make image`), or name another with ORCHESTRATOR_NODE_IMAGE") from None
+        super().up(plan, state, progress)
+
     def _create_namespaces(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
         lab = state.lab
         c = self._docker()
         image = node_image()
-        try:
-            c.images.get(image)
-        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
-            raise BackendError(f"the node image {image} does not exist: build it with `orchestrator image build` "
-                               f"(or `make image`), or name another with ORCHESTRATOR_NODE_IMAGE") from None
         members = [n.name for n in plan.members]
         routers = [n.name for n in plan.nodes if n.role != "member"]
         share = share_root(lab)
@@ -207,8 +215,9 @@ class DockerBackend(MininetBackend):
         state.backend_data = {"containers": [container_name(lab, m) for m in members], "share": str(share),
                               "image": image}
         state.save()
-        clash = lab_containers(c, lab) + [x for x in c.containers.list(all=True, filters={"name": lab})
-                                          if x.name in set(state.backend_data["containers"])]
+        names = set(state.backend_data["containers"])
+        clash = lab_containers(c, lab) + [x for x in c.containers.list(all=True, ignore_removed=True,
+                                                                       filters={"name": lab}) if x.name in names]
         if clash:
             raise BackendError(f"container {clash[0].name} already exists (another lab, or a leftover: "
                                f"`orchestrator teardown {lab}`)")
@@ -244,7 +253,7 @@ class DockerBackend(MininetBackend):
             names = set(data["containers"])
             found = {x.name: x for x in lab_containers(c, state.lab)}
             # Also a container created but not yet labelled-visible? Labels are set at creation; names too.
-            for x in c.containers.list(all=True, filters={"name": state.lab}):
+            for x in c.containers.list(all=True, ignore_removed=True, filters={"name": state.lab}):
                 if x.name in names:
                     found.setdefault(x.name, x)
             progress.start("containers", len(found))
@@ -340,13 +349,12 @@ class DockerBackend(MininetBackend):
         want = set((state.backend_data or {}).get("containers", []))
         if want:
             try:
-                running = {x.name for x in self._docker().containers.list(filters={"label": f"{LABEL_LAB}={state.lab}",
-                                                                                  "status": "running"})}
-                paused = {x.name for x in self._docker().containers.list(filters={"label": f"{LABEL_LAB}={state.lab}",
-                                                                                 "status": "paused"})}
+                mine = self._docker().containers.list(all=True, ignore_removed=True,
+                                                      filters={"label": f"{LABEL_LAB}={state.lab}"})
+                running = {x.name for x in mine if x.status in ("running", "paused")}
             except DockerUnavailable as exc:
                 return problems + [str(exc)]
-            missing = sorted(want - running - paused)
+            missing = sorted(want - running)
             if missing:
                 problems.append(f"{len(missing)} of {len(want)} containers are not running (e.g. {missing[0]})")
         return problems
