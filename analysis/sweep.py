@@ -9,8 +9,10 @@ point over repetitions (mean and 95 % confidence interval), drawn as the GSGC pa
 - Figures 12 / 13: near-minimum TPR against the group size, one line per scheme (global, local gossip), when
   the sweep has a member-count axis.
 
-Each run is analysed once by analysis.run (Spark; skipped when its analysis/metrics/summary.json exists); this
-module only reads those summaries and small JSON files, so its aggregation is pure and tested without Spark.
+Each run is analysed once by analysis.run (Spark; skipped when its analysis/metrics/summary.json exists), or, with
+engine "events", its TPR and steps are read from the event logs directly (the same definition as
+analysis.metrics.tpr, no Spark: what `orchestrator tune` and CI use, since a Spark pass costs minutes on a busy
+2-core machine). The aggregation is pure and tested without Spark.
 
 A run's TPR here is the mean over its completed global rounds except round 0 when later rounds completed (the
 members start one after another, so round 0 also measures the start-up); `tpr_all_s` keeps every round.
@@ -132,6 +134,79 @@ def axis_named(index: dict, suffixes: tuple[str, ...]) -> str | None:
     return None
 
 
+# --- the light path: TPR from the event logs, without Spark ---------------------------------------------------
+
+def event_rounds(events: list[dict], group_of: dict[str, int | None]) -> list[dict]:
+    """analysis.metrics.tpr over plain event dicts: per (level, group, round) the first `round_started`, the
+    first `round_completed` with via = constructed (its ts and steps), and TPR = the difference."""
+    acc: dict[tuple, dict] = {}
+    for e in events:
+        ev = e.get("event")
+        if ev not in ("round_started", "round_completed"):
+            continue
+        level = e.get("level")
+        key = (level, group_of.get(e.get("node")) if level == "local" else None, e.get("round"))
+        a = acc.setdefault(key, {"started_ts": None, "first": None})
+        ts = e.get("ts")
+        if ev == "round_started":
+            if a["started_ts"] is None or ts < a["started_ts"]:
+                a["started_ts"] = ts
+        elif e.get("via") == "constructed" and (a["first"] is None or ts < a["first"][0]):
+            a["first"] = (ts, e.get("steps"), e.get("node"))
+    rows = []
+    for (level, group, rnd), a in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1, kv[0][2])):
+        if a["started_ts"] is None:
+            continue
+        first = a["first"]
+        rows.append({"level": level, "group": group, "round": rnd, "started_ts": a["started_ts"],
+                     "tpr_s": first[0] - a["started_ts"] if first else None, "steps": first[1] if first else None,
+                     "constructed_by": first[2] if first else None})
+    return rows
+
+
+def events_summary(run_dir: Path) -> dict:
+    """The fields of analysis.run's summary that the sweep analysis uses, from the run directory's event logs and
+    configs only. With local gossip (no global rounds) the TPR values are the two phases in sequence: each SC
+    round's TPR plus the mean TPR of the local rounds (a local array is made in one local round, then carried
+    to the global S by one SC round)."""
+    run_dir = Path(run_dir)
+    manifest = _read_json(run_dir / "manifest.json") or {}
+    configs = [c for c in (_read_json(f) for f in sorted((run_dir / "configs").glob("*.json"))) if c]
+    group_of: dict[str, int | None] = {}
+    gsgc = configs[0].get("gsgc", {}) if configs else {}
+    for c in configs:
+        groups = (c.get("gsgc") or {}).get("local_groups") or []
+        group_of[c["name"]] = next((i for i, g in enumerate(groups) if c["id"] in g["members"]), None)
+    events = []
+    for f in sorted((run_dir / "events").glob("*.jsonl")):
+        if f.name == "orchestrator.jsonl":
+            continue
+        with open(f) as fh:
+            for line in fh:
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    rounds = event_rounds(events, group_of)
+    done = [r for r in rounds if r["tpr_s"] is not None]
+    glob = [r for r in done if r["level"] == "global"]
+    if glob:
+        tprs, steps = [r["tpr_s"] for r in glob], [r["steps"] for r in glob]
+    else:
+        local = [r["tpr_s"] for r in done if r["level"] == "local"]
+        sc = [r for r in done if r["level"] == "sc"]
+        lm = statistics.fmean(local) if local else None
+        tprs = [r["tpr_s"] + lm for r in sc] if lm is not None else []
+        steps = [r["steps"] for r in sc] if lm is not None else []
+    q = queue_stats(_read_json(run_dir / "tc" / "delayline.json"))
+    return {"run_id": manifest.get("run_id"), "status": manifest.get("status"),
+            "members": len(configs) or None, "subgroup": gsgc.get("subgroup"), "step_s": gsgc.get("step_s"),
+            "local_groups": len(gsgc.get("local_groups") or []) or None,
+            "tpr_rounds": len(tprs), "tpr_mean_s": statistics.fmean(tprs) if tprs else None,
+            "tpr_values_s": tprs, "steps_values": steps, "queue_drops": q["overflowed"],
+            "rounds": {lvl: sum(1 for r in done if r["level"] == lvl) for lvl in ("global", "local", "sc")}}
+
+
 # --- figures ----------------------------------------------------------------------------------------------------
 
 def _plot_lines(ax, lines: dict[str, list[dict]], x: str, y: str, marker: str = "o-") -> None:
@@ -189,16 +264,24 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def collect(root: Path, index: dict, master: str = "local[*]") -> tuple[dict[str, dict], dict[str, dict]]:
-    """Summaries and queue statistics of the finished runs, analysing (Spark) the runs not yet analysed."""
+def collect(root: Path, index: dict, master: str = "local[*]",
+            engine: str = "spark") -> tuple[dict[str, dict], dict[str, dict]]:
+    """Summaries and queue statistics of the finished runs. engine "spark": analysis.run's summaries, analysing
+    (Spark, one session) the runs not yet analysed, with the per-run reports and a comparison report; "events":
+    `events_summary` (TPR and steps from the event logs, no Spark: seconds instead of minutes per sweep)."""
+    selected = set(index.get("selected") or index.get("points", {}))
     finished = [e["run_dir"] for e in index.get("points", {}).values()
-                if e.get("run_dir") and e.get("status") == "completed"
-                and e.get("id") in set(index.get("selected") or index.get("points", {}))]
+                if e.get("run_dir") and e.get("status") == "completed" and e.get("id") in selected]
+    summaries, queues = {}, {}
+    if engine == "events":
+        for rd in finished:
+            summaries[rd] = events_summary(root / rd)
+            queues[rd] = queue_stats(_read_json(root / rd / "tc" / "delayline.json"))
+        return summaries, queues
     todo = [root / rd for rd in finished if not (root / rd / "analysis" / "metrics" / "summary.json").exists()]
     if todo:
         from analysis.cli import run_analysis
         run_analysis(todo, master, root / "analysis" / "comparison")
-    summaries, queues = {}, {}
     for rd in finished:
         s = _read_json(root / rd / "analysis" / "metrics" / "summary.json")
         if s is not None:
@@ -207,14 +290,14 @@ def collect(root: Path, index: dict, master: str = "local[*]") -> tuple[dict[str
     return summaries, queues
 
 
-def analyze_sweep(root: Path, master: str = "local[*]") -> Path:
-    """Analyse a sweep directory; returns the path of its report (analysis/sweep.md)."""
+def analyze_sweep(root: Path, master: str = "local[*]", engine: str = "spark") -> Path:
+    """Analyse a sweep directory (engine: "spark" or "events", see `collect`); returns analysis/sweep.md."""
     root = Path(root)
     index = _read_json(root / "sweep.json")
     if not isinstance(index, dict) or "points" not in index:
         from analysis.rundir import AnalysisError
         raise AnalysisError(f"{root}: no sweep.json (not a sweep directory)")
-    summaries, queues = collect(root, index, master)
+    summaries, queues = collect(root, index, master, engine)
     rows = point_rows(index, summaries, queues)
     agg = aggregate(rows)
     out = root / "analysis"
@@ -260,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.sweep", description="Analyse a sweep directory.")
     p.add_argument("sweep_dir", type=Path)
     p.add_argument("--master", default="local[*]")
+    p.add_argument("--engine", choices=("spark", "events"), default="spark")
     args = p.parse_args(argv)
-    print(analyze_sweep(args.sweep_dir, args.master))
+    print(analyze_sweep(args.sweep_dir, args.master, args.engine))
     return 0
 
 

@@ -99,14 +99,18 @@ def sweep(
     strict_shaping: bool = typer.Option(False, "--strict-shaping"),
     analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse the sweep at the end (Spark)."),
     master: str = typer.Option("local[*]", help="Spark master for the analysis."),
+    engine: str = typer.Option("spark", help="Sweep analysis: spark (full per-run reports) or events (TPR and "
+                                             "steps from the event logs, no Spark, seconds)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
 ) -> None:
     """Run every point of a sweep (the axes' cartesian product x repetitions), one run directory per point;
     resumable: finished points are skipped. Prints the sweep directory."""
     from orchestrator.sweeprun import SweepOptions, run_sweep
 
+    if engine not in ("spark", "events"):
+        raise SpecError(f"--engine {engine!r}: spark or events")
     opts = _sweep_options(SweepOptions, out_dir, only, axis, repetitions, backend, shaper, strict_shaping, analyze,
-                          master)
+                          master, engine=engine)
     t0 = time.monotonic()
     with PointsProgress() as progress:
         root, data = run_sweep(experiment, opts, _parse_sets(set_), progress, progress.on_point)
@@ -115,19 +119,19 @@ def sweep(
     failed = [p for p, s in zip(sel, statuses) if s != "completed"]
     err.print(f"sweep: {len(sel) - len(failed)}/{len(sel)} points completed in {time.monotonic() - t0:.1f} s")
     if analyze:
-        _analyze_sweep(root, master)
+        _analyze_sweep(root, master, engine)
     print(root)
     if failed:
         err.print(f"[red]not completed:[/] {', '.join(failed)}")
         raise typer.Exit(1)
 
 
-def _analyze_sweep(root: Path, master: str) -> None:
+def _analyze_sweep(root: Path, master: str, engine: str) -> None:
     from analysis.rundir import AnalysisError
     from analysis.sweep import analyze_sweep
 
     try:
-        md = analyze_sweep(root, master)
+        md = analyze_sweep(root, master, engine)
     except AnalysisError as exc:
         raise OrchestratorError(f"sweep analysis: {exc}") from None
     err.print(f"sweep analysis: {md}")
@@ -150,7 +154,9 @@ def tune(
     backend: str = typer.Option("mininet"),
     shaper: str = typer.Option("auto"),
     strict_shaping: bool = typer.Option(False, "--strict-shaping"),
-    master: str = typer.Option("local[*]", help="Spark master for the per-run analysis."),
+    master: str = typer.Option("local[*]", help="Spark master for the per-run analysis (--engine spark)."),
+    engine: str = typer.Option("events", help="How f(x) reads a run's TPR: events (from the event logs, seconds) "
+                                              "or spark (analysis.run, full per-run reports, minutes)."),
     json_: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
 ) -> None:
@@ -165,11 +171,17 @@ def tune(
                           steps_per_run=steps_per_run, reps=reps)
     spark_holder: dict = {}
 
+    if engine not in ("spark", "events"):
+        raise SpecError(f"--engine {engine!r}: spark or events")
+
     def measure(root: Path, entries: list[dict]) -> list[float | None]:
         from analysis.cli import run_analysis
         from analysis.session import get_spark
-        from analysis.sweep import run_tpr
+        from analysis.sweep import events_summary, run_tpr
 
+        if engine == "events":
+            return [run_tpr(events_summary(root / e_["run_dir"]))[0]
+                    if e_.get("status") == "completed" and e_.get("run_dir") else None for e_ in entries]
         if "spark" not in spark_holder:
             spark_holder["spark"] = get_spark(master)
         dirs = [root / e["run_dir"] for e in entries if e.get("status") == "completed" and e.get("run_dir")]

@@ -47,6 +47,9 @@ class SweepOptions:
     strict: bool = False
     analyze: bool = True
     master: str = "local[*]"
+    engine: str = "spark"                      # the sweep analysis: spark | events (analysis.sweep)
+    probe_links: int = 1                       # a lighter fidelity probe per point than `run`'s
+    probe_paths: int = 1
 
 
 PointCallback = Callable[[int, int, "float | None", str, str], None]   # done, total, eta_s, point id, status
@@ -156,7 +159,7 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
     prepared = _prepare(base, points, root, where)
     root.mkdir(parents=True, exist_ok=True)
     index = _Index(root / INDEX, header)
-    todo = [p for p in points if not is_finished(index.point(p.id), root, prepared[p.id][1])]
+    todo = [p for p in points if not is_finished(index.data["points"].get(p.id, {}), root, prepared[p.id][1])]
     skipped = len(points) - len(todo)
     done, elapsed = skipped, []
     guess = None
@@ -183,7 +186,8 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
             before = set(pdir.iterdir())
             try:
                 run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
-                                                              strict=opts.strict), progress)
+                                                              strict=opts.strict, probe_links=opts.probe_links,
+                                                              probe_paths=opts.probe_paths), progress)
                 entry["run_dir"] = str(run_dir.relative_to(root.resolve()))
                 entry["status"] = _manifest_status(run_dir) or "unknown"
             except KeyboardInterrupt:

@@ -1,0 +1,133 @@
+"""The sweep analysis without Spark: confidence intervals, queue statistics, TPR from event logs, aggregation,
+figures and the report of a synthetic sweep directory."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from analysis import sweep as sa
+
+
+def test_mean_ci_uses_student_t():
+    m, ci = sa.mean_ci([10.0, 12.0])
+    assert m == 11.0 and ci == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
+    assert sa.mean_ci([5.0]) == (5.0, None) and sa.mean_ci([]) == (None, None)
+    assert sa.mean_ci([1.0, None, float("inf"), 3.0])[0] == 2.0
+    assert sa.t975(100) == 1.96
+
+
+def test_queue_stats_pool_every_direction():
+    dl = {"queues": {"a/down": {"max_queue": 3, "queue_sum": 10, "queued": 10, "overflowed": 1},
+                     "a/up": {"max_queue": 7, "queue_sum": 30, "queued": 10, "overflowed": 2}}}
+    assert sa.queue_stats(dl) == {"avg_queue": 2.0, "max_queue": 7, "overflowed": 3}
+    old = {"queues": {"a/down": {"max_queue": 3}}}          # a delay line without queue_sum
+    assert sa.queue_stats(old)["avg_queue"] is None and sa.queue_stats(None)["max_queue"] is None
+
+
+def ev(ts, node, event, **kw):
+    return {"ts": ts, "node": node, "event": event, **kw}
+
+
+def test_event_rounds_follow_the_metrics_definition():
+    events = [ev(0.0, "a", "round_started", level="global", round=0), ev(0.5, "b", "round_started", level="global",
+                                                                          round=0),
+              ev(4.0, "b", "round_completed", level="global", round=0, via="constructed", steps=3),
+              ev(3.0, "a", "round_completed", level="global", round=0, via="next_round", steps=2),
+              ev(5.0, "a", "round_completed", level="global", round=0, via="constructed", steps=4),
+              ev(4.0, "b", "round_started", level="global", round=1),
+              ev(9.0, "b", "round_completed", level="global", round=1, via="gossip", steps=9)]
+    rows = sa.event_rounds(events, {})
+    assert [(r["round"], r["tpr_s"], r["steps"], r["constructed_by"]) for r in rows] == [
+        (0, 4.0, 3, "b"), (1, None, None, None)]
+
+
+def test_run_tpr_leaves_out_round_0_when_later_rounds_completed():
+    assert sa.run_tpr({"tpr_values_s": [10.0, 4.0, 6.0], "steps_values": [5, 2, 3]}) == (5.0, 2.5, 2)
+    assert sa.run_tpr({"tpr_values_s": [10.0], "steps_values": [5]}) == (10.0, 5, 1)
+    assert sa.run_tpr({}) == (None, None, 0)
+
+
+def make_run(root: Path, rel: str, b: int, step: float, tprs: list[float], local: bool = False) -> str:
+    d = root / rel
+    (d / "events").mkdir(parents=True)
+    (d / "configs").mkdir()
+    (d / "tc").mkdir()
+    (d / "manifest.json").write_text(json.dumps({"run_id": d.name, "status": "completed"}))
+    groups = [{"members": [0, 1], "controllers": [0]}, {"members": [2, 3], "controllers": [2]}] if local else None
+    for i in range(4):
+        (d / "configs" / f"h{i}.json").write_text(json.dumps(
+            {"name": f"h{i}", "id": i, "gsgc": {"subgroup": b, "step_s": step, "local_groups": groups}}))
+    lines, t = [], 0.0
+    level = "sc" if local else "global"
+    for r, tpr in enumerate(tprs):
+        lines += [ev(t, "h0", "round_started", level=level, round=r),
+                  ev(t + tpr, "h0", "round_completed", level=level, round=r, via="constructed",
+                     steps=round(tpr / step))]
+        if local:
+            lines += [ev(t, "h1", "round_started", level="local", round=r),
+                      ev(t + 1.0, "h1", "round_completed", level="local", round=r, via="constructed", steps=1)]
+        t += tpr
+    (d / "events" / "h0.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    (d / "events" / "orchestrator.jsonl").write_text("")
+    (d / "tc" / "delayline.json").write_text(json.dumps(
+        {"queues": {"l0/up": {"max_queue": int(10 / step), "queue_sum": 20, "queued": 10, "overflowed": 0}}}))
+    return rel
+
+
+def test_events_summary_of_local_gossip_adds_the_two_phases(tmp_path):
+    rel = make_run(tmp_path, "r", 1, 0.5, [3.0, 2.0, 4.0], local=True)
+    s = sa.events_summary(tmp_path / rel)
+    assert s["tpr_values_s"] == [4.0, 3.0, 5.0] and s["local_groups"] == 2 and s["members"] == 4
+
+
+def test_a_synthetic_sweep_gives_one_point_per_b_and_step_with_ci(tmp_path):
+    points, selected = {}, []
+    for b in (1, 3):
+        for step in (1, 2, 4):
+            for rep in (0, 1):
+                pid = f"subgroup-{b}_step-{step}s_r{rep}"
+                rel = make_run(tmp_path, f"points/{pid}/run", b, float(step),
+                               [20.0, 10.0 * step / b + rep, 10.0 * step / b + rep])
+                points[pid] = {"id": pid, "group": f"subgroup-{b}_step-{step}s", "rep": rep, "status": "completed",
+                               "coords": {"subgroup": str(b), "step": f"{step}s"}, "run_dir": rel}
+                selected.append(pid)
+    points["subgroup-1_step-9s_r0"] = {"id": "subgroup-1_step-9s_r0", "status": "failed", "run_dir": None}
+    (tmp_path / "sweep.json").write_text(json.dumps({
+        "experiment_file": "x.yaml", "repetitions": 2, "selected": selected, "points": points,
+        "axes": [{"name": "subgroup", "key": "protocol.gsgc.subgroup", "values": ["1", "3"]},
+                 {"name": "step", "key": "protocol.gsgc.step", "values": ["1s", "2s", "4s"]}]}))
+    md = sa.analyze_sweep(tmp_path, engine="events")
+    out = tmp_path / "analysis"
+    assert md == out / "sweep.md" and (out / "sweep.html").exists()
+    for f in ("tpr_steps_vs_step.png", "queues_vs_step.png"):
+        assert (out / "figures" / f).stat().st_size > 1000
+    rows = (out / "summary.csv").read_text().splitlines()
+    assert len(rows) == 1 + 6                                   # one row per (b, step)
+    import csv
+    agg = list(csv.DictReader((out / "summary.csv").open()))
+    one = next(r for r in agg if r["c.subgroup"] == "3" and r["c.step"] == "4s")
+    assert float(one["tpr_s_mean"]) == pytest.approx(40 / 3 + 0.5)      # round 0 left out; reps 0 and 1
+    assert float(one["tpr_s_ci95"]) == pytest.approx(12.706 * math.sqrt(0.5) / math.sqrt(2))
+    assert float(one["max_queue_mean"]) == 2 and float(one["avg_queue_mean"]) == 2
+    assert len(list(csv.DictReader((out / "points.csv").open()))) == 12
+    text = md.read_text()
+    assert "| subgroup | step |" in text and "tpr_steps_vs_step.png" in text
+
+
+def test_group_size_figure_when_members_vary(tmp_path):
+    agg = [{"group": f"scheme-{s}_n-{n}", "c.scheme": s, "c.n": str(n), "members": n, "subgroup": 1, "step_s": 1.0,
+            "tpr_s_mean": n / (10 if s == "local" else 2), "tpr_s_ci95": 1.0}
+           for s in ("global", "local") for n in (50, 100)]
+    lines = sa.series(agg, "members", "n")
+    assert sorted(lines) == ["scheme=global", "scheme=local"]
+    made = sa.figures({"axes": [{"name": "n", "key": "n"}]}, agg, tmp_path)
+    assert [p.name for _, p in made] == ["tpr_vs_group_size.png"]
+
+
+def test_not_a_sweep_directory(tmp_path):
+    from analysis.rundir import AnalysisError
+    with pytest.raises(AnalysisError, match="sweep.json"):
+        sa.analyze_sweep(tmp_path, engine="events")

@@ -1,0 +1,144 @@
+"""The sweep driver's pieces that need no network: loading, --axis, resumability checks, the tuner's points, and
+running points with a fake runner (resume and interruption bookkeeping)."""
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator import sweep as sw
+from orchestrator import sweeprun as sr
+from orchestrator.errors import OrchestratorError, SpecError
+
+EXP = """\
+name: t
+topology: {kind: tree, nodes: 8, degree: 4}
+protocol: {gsgc: {subgroup: 3, step: 1s, fail_k: null}}
+duration: 20s
+seed: 3
+sweep:
+  axes:
+    protocol.gsgc.subgroup: [1, 3]
+    protocol.gsgc.step: [1s, 2s]
+  repetitions: 2
+"""
+
+
+@pytest.fixture
+def exp_file(tmp_path):
+    f = tmp_path / "e.yaml"
+    f.write_text(EXP)
+    return f
+
+
+def test_axis_option_parses_values():
+    assert sr.parse_axis_option("protocol.gsgc.step=2s,5s") == ("protocol.gsgc.step", ["2s", "5s"])
+    assert sr.parse_axis_option("protocol.gsgc.subgroup=1,3") == ("protocol.gsgc.subgroup", [1, 3])
+    with pytest.raises(SpecError):
+        sr.parse_axis_option("x")
+    with pytest.raises(SpecError):
+        sr.parse_axis_option("x=")
+
+
+def test_load_base_validates_the_experiment(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text(EXP.replace("nodes: 8", "nodes: 1"))
+    with pytest.raises(SpecError, match="nodes"):
+        sr.load_base(f)
+    with pytest.raises(SpecError, match="cannot read"):
+        sr.load_base(tmp_path / "missing.yaml")
+
+
+def test_sweep_spec_applies_overrides(exp_file):
+    base = sr.load_base(exp_file)
+    spec = sr.sweep_spec(base, sr.SweepOptions(axes={"protocol.gsgc.step": ["500ms"]}, repetitions=1), "e")
+    assert [p.id for p in sw.expand(spec, base)] == ["subgroup-1_step-500ms_r0", "subgroup-3_step-500ms_r0"]
+
+
+def test_tune_points_scale_the_duration():
+    base = {"duration": "30s", "seed": 1, "protocol": {"gsgc": {"step": "1s"}}}
+    pts = sr.tune_points(base, sr.TuneOptions(steps_per_run=25, reps=2), 2.0)
+    assert [p.id for p in pts] == ["step-2s_r0", "step-2s_r1"]
+    assert dict(pts[0].sets) == {"protocol.gsgc.step": "2s", "seed": 1, "duration": "50s"}
+    assert dict(sr.tune_points(base, sr.TuneOptions(steps_per_run=25), 0.5)[0].sets)["duration"] == "30s"
+
+
+class FakeRunner:
+    """Stands in for orchestrator.runner.run: writes a run directory with a manifest."""
+
+    def __init__(self, fail_on: str | None = None, interrupt_on: str | None = None):
+        self.calls: list[str] = []
+        self.fail_on, self.interrupt_on = fail_on, interrupt_on
+
+    def __call__(self, exp_file, opts, progress=None, variables=None):
+        pid = Path(exp_file).parent.name
+        self.calls.append(pid)
+        d = Path(opts.out) / f"t-{uuid.uuid4().hex[:8]}"   # the runner's run ids are unique (UTC time)
+        d.mkdir()
+        status = "completed"
+        if pid == self.interrupt_on:
+            (d / "manifest.json").write_text(json.dumps({"status": "interrupted (Ctrl-C)"}))
+            raise KeyboardInterrupt
+        if pid == self.fail_on:
+            (d / "manifest.json").write_text(json.dumps({"status": "failed: boom"}))
+            raise OrchestratorError("boom")
+        (d / "manifest.json").write_text(json.dumps({"status": status}))
+        return d.resolve()
+
+
+def test_points_are_skipped_when_finished_and_rerun_when_interrupted(exp_file, tmp_path, monkeypatch):
+    import orchestrator.runner as runner
+
+    root = tmp_path / "sw"
+    fake = FakeRunner(interrupt_on="subgroup-1_step-2s_r0")
+    monkeypatch.setattr(runner, "run", fake)
+    with pytest.raises(KeyboardInterrupt):
+        sr.run_sweep(exp_file, sr.SweepOptions(out=root))
+    data = json.loads((root / "sweep.json").read_text())
+    assert [data["points"][p]["status"] for p in data["points"]] == ["completed", "completed", "interrupted"]
+    assert data["points"]["subgroup-1_step-2s_r0"]["run_dir"].startswith("points/subgroup-1_step-2s_r0/t-")
+
+    fake2 = FakeRunner(fail_on="subgroup-3_step-1s_r1")
+    monkeypatch.setattr(runner, "run", fake2)
+    seen = []
+    _, data = sr.run_sweep(exp_file, sr.SweepOptions(out=root), on_point=lambda *a: seen.append(a))
+    assert fake2.calls[0] == "subgroup-1_step-2s_r0" and len(fake2.calls) == 6      # 2 finished points skipped
+    assert seen[0][4] == "2 finished before, skipped" and seen[-1][:2] == (8, 8) and seen[-1][2] == 0.0
+    assert data["points"]["subgroup-3_step-1s_r1"]["status"] == "failed"
+    assert data["points"]["subgroup-3_step-1s_r1"]["error"] == "boom"
+
+    # a changed experiment is not "finished": its points run again
+    exp_file.write_text(EXP.replace("duration: 20s", "duration: 25s"))
+    fake3 = FakeRunner()
+    monkeypatch.setattr(runner, "run", fake3)
+    sr.run_sweep(exp_file, sr.SweepOptions(out=root, only=["subgroup=1", "step=1s"]))
+    assert fake3.calls == ["subgroup-1_step-1s_r0", "subgroup-1_step-1s_r1"]
+    assert (root / "points" / "subgroup-1_step-1s_r0" / "experiment.yaml").read_text().count("25s") == 1
+
+
+def test_a_bad_point_is_rejected_before_anything_runs(exp_file, tmp_path, monkeypatch):
+    import orchestrator.runner as runner
+
+    fake = FakeRunner()
+    monkeypatch.setattr(runner, "run", fake)
+    with pytest.raises(SpecError, match="sweep point subgroup-1_step-1s_nodes-1_r0: .*topology.nodes"):
+        sr.run_sweep(exp_file, sr.SweepOptions(out=tmp_path / "x", axes={"topology.nodes": [1]}))
+    assert fake.calls == [] and not (tmp_path / "x").exists()
+
+
+def test_tune_runs_the_search_on_measured_points(exp_file, tmp_path, monkeypatch):
+    import orchestrator.runner as runner
+
+    monkeypatch.setattr(runner, "run", FakeRunner())
+
+    def measure(root, entries):
+        x = float(entries[0]["coords"]["step"].rstrip("s"))
+        return [30 + (x - 9) ** 2 / 4]
+
+    root, res = sr.run_tune(exp_file, sr.TuneOptions(out=tmp_path / "tn", a0=0, b0=20, g=2, e=0.1, p=1), measure)
+    assert 7 <= res.s <= 11 and res.s1 < res.s < res.s2
+    saved = json.loads((root / "tune.json").read_text())
+    assert saved["result"]["window"] == [res.s1, res.s2]
+    assert len(saved["evaluations"]) == len(res.evaluations)
