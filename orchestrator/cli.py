@@ -80,8 +80,6 @@ def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | Non
         if inventory or known_hosts or accept_new:
             raise SpecError("--inventory, --known-hosts and --accept-new-host-keys need --backend hosts")
         return None
-    if inventory is None:
-        raise SpecError("--backend hosts needs --inventory HOSTS_FILE")
     return {"inventory": inventory, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
             "strict": strict}
 
