@@ -146,11 +146,10 @@ class MininetBackend(Backend):
             tc, rules = node_shaping(plan, node, shaper)
             netns.ip_batch(tc, ns, tool="tc")
             if shaper == "delayline":
-                # One packet per wire packet: no segmentation offloads on shaped interfaces.
-                for dev, params, _, _ in _egress(plan, node):
-                    if not params.is_null():
-                        for argv in delayline.render_iface_prep(dev):
-                            netns.run_checked(["ip", "netns", "exec", ns, *argv], what=f"ethtool in {ns}")
+                # One packet per wire packet: no segmentation offloads on shaped interfaces (the kernel also
+                # segments GSO packets before queueing them to us; this keeps GRO from merging them again).
+                netns.disable_offloads(ns, [dev for dev, params, _, _ in _egress(plan, node)
+                                            if not params.is_null()])
             if rules:
                 netns.iptables_restore(ns, rules)
 

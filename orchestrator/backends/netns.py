@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,13 +44,46 @@ def iptables_restore(ns: str, text: str) -> None:
 
 def write_sysctls(ns: str, values: dict[str, str]) -> None:
     """Write /proc/sys entries inside namespace `ns` (setns in this thread, then back)."""
-    pyr_netns.pushns(ns)
-    try:
+    with in_netns(ns):
         for key, value in values.items():
             with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
                 f.write(value)
+
+
+def disable_offloads(ns: str, ifnames: Iterable[str]) -> None:
+    """`ethtool -K IF tso off gso off gro off` for each interface of namespace `ns`, in process (pyroute2's
+    ethtool, setns in this thread): one packet per wire packet for a userspace shaper, no process per interface."""
+    from pyroute2.ethtool import Ethtool
+
+    with in_netns(ns):
+        tool = Ethtool()      # its sockets belong to the namespace they are opened in
+        try:
+            for ifname in ifnames:
+                feats = tool.get_features(ifname)
+                for name, feat in feats.features.items():
+                    if name in ("tx-generic-segmentation", "rx-gro") or (
+                            name.startswith("tx-tcp") and name.endswith("segmentation")):
+                        feat.enable = False
+                tool.set_features(ifname, feats)
+        except OSError as exc:
+            raise BackendError(f"disabling offloads in {ns}: {exc}") from exc
+        finally:
+            tool.close()
+
+
+@contextmanager
+def in_netns(ns: str):
+    """Move the calling thread (only it) into named namespace `ns`, and back. Thread-safe, unlike a shared
+    push/pop stack: the way back is this thread's own namespace."""
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        pyr_netns.setns(ns, flags=0)          # flags=0: never create a missing namespace
+        try:
+            yield
+        finally:
+            pyr_netns.setns(back, flags=0)
     finally:
-        pyr_netns.popns()
+        os.close(back)
 
 
 def parallel(fn, items: Iterable, workers: int = 4, on_done=None) -> None:
