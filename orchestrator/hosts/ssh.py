@@ -56,27 +56,35 @@ class AgentSession:
                                 look_for_keys=False, allow_agent=False, timeout=timeout_s, banner_timeout=timeout_s,
                                 auth_timeout=timeout_s)
         except paramiko.BadHostKeyException as exc:
+            self.client.close()
             raise HostsError("ssh", {host.name: explain(f"REMOTE HOST IDENTIFICATION HAS CHANGED: {exc}", host.user,
                                                         str(known_hosts))}) from None
         except paramiko.AuthenticationException as exc:
+            self.client.close()
             raise HostsError("ssh", {host.name: explain(f"Permission denied (publickey): {exc}", host.user)}) from None
         except paramiko.SSHException as exc:
+            self.client.close()
             raise HostsError("ssh", {host.name: explain(str(exc), host.user, str(known_hosts))}) from None
         except (OSError, socket.timeout) as exc:
+            self.client.close()
             raise HostsError("ssh", {host.name: explain(f"{host.ssh_host}:{host.ssh_port}: {exc}")}) from None
-        tr = self.client.get_transport()
-        tr.set_keepalive(5)
-        d = host.lab_dir(lab)
-        argv = [f"{d}/venv/bin/python", "-u", f"{d}/agent.py", f"{d}/run/agent.json"]
-        if host.become:
-            argv = ["sudo", "-n", "--", *argv]
-        self.chan = tr.open_session()
-        self.chan.exec_command(shlex.join(argv))
-        self.rfile = self.chan.makefile("rb")
-        self.chan.settimeout(30)
-        hello = self._readline()
-        if not hello.get("ok"):
-            raise HostsError("agent", {host.name: f"the agent did not start: {hello.get('error')}"})
+        try:
+            tr = self.client.get_transport()
+            tr.set_keepalive(5)
+            d = host.lab_dir(lab)
+            argv = [f"{d}/venv/bin/python", "-u", f"{d}/agent.py", f"{d}/run/agent.json"]
+            if host.become:
+                argv = ["sudo", "-n", "--", *argv]
+            self.chan = tr.open_session()
+            self.chan.exec_command(shlex.join(argv))       # paths validated by the hosts file, quoted
+            self.rfile = self.chan.makefile("rb")
+            self.chan.settimeout(30)
+            hello = self._readline()
+            if not hello.get("ok"):
+                raise HostsError("agent", {host.name: f"the agent did not start: {hello.get('error')}"})
+        except BaseException:
+            self.client.close()
+            raise
 
     def _readline(self) -> dict:
         try:
