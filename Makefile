@@ -5,12 +5,14 @@ PY := $(VENV)/bin/python
 APT_PKGS := mininet iproute2 iptables nftables ethtool iputils-ping tcpdump tshark iperf3 procps psmisc kmod
 PYTEST_ARGS ?=
 NETEM_VM := ../shared/tools/run-in-netem-vm.sh
+# The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
+HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
 .PHONY: setup system venv test test-unit test-netem demo bench clean-labs
 setup: system venv
 
 system:
-	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(APT_PKGS) $(HOSTS_APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
