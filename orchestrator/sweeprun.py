@@ -50,6 +50,7 @@ class SweepOptions:
     engine: str = "spark"                      # the sweep analysis: spark | events (analysis.sweep)
     probe_links: int = 1                       # a lighter fidelity probe per point than `run`'s
     probe_paths: int = 1
+    retries: int = 2                           # runs again a point whose run is invalid (`run_problem`)
 
 
 PointCallback = Callable[[int, int, "float | None", str, str], None]   # done, total, eta_s, point id, status
@@ -121,10 +122,44 @@ def _manifest_status(run_dir: Path) -> str | None:
         return None
 
 
+def run_problem(run_dir: Path) -> str | None:
+    """Why a completed run does not measure what it should, or None: a member that never logged `node_started`,
+    or members that started so late (CPU starvation on a busy machine: the runner's clock starts when the
+    processes are spawned, not when they run) that more than a fifth of the duration (at least 5 s) was lost."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return "no manifest.json"
+    names = [f.stem for f in (run_dir / "configs").glob("*.json")]
+    started: dict[str, float] = {}
+    for name in names:
+        try:
+            with open(run_dir / "events" / f"{name}.jsonl") as fh:
+                for line in fh:
+                    if '"node_started"' in line:
+                        started[name] = json.loads(line)["ts"]
+                        break
+        except (OSError, json.JSONDecodeError, KeyError):
+            continue
+    missing = sorted(set(names) - set(started))
+    if missing:
+        return f"{len(missing)} of {len(names)} members never started (e.g. {missing[0]})"
+    t0, spec = manifest.get("t0_unix"), manifest.get("spec") or {}
+    if t0 is not None and started:
+        late = max(started.values()) - t0
+        try:
+            allowed = max(5.0, 0.2 * parse_time(spec.get("duration", "60s")))
+        except ValueError:
+            allowed = 5.0
+        if late > allowed:
+            return f"members started up to {late:.1f} s after the run's start (more than {allowed:.0f} s)"
+    return None
+
+
 def is_finished(entry: dict, root: Path, digest: str) -> bool:
     rd = entry.get("run_dir")
     return (entry.get("status") == FINISHED and entry.get("digest") == digest and rd is not None
-            and _manifest_status(root / rd) == FINISHED)
+            and _manifest_status(root / rd) == FINISHED and run_problem(root / rd) is None)
 
 
 def _prepare(base: dict, points: list[sw.Point], root: Path, where: str) -> dict[str, tuple[dict, str]]:
@@ -178,32 +213,42 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
             exp_file = pdir / "experiment.yaml"
             exp_file.write_text(yaml.safe_dump(doc, sort_keys=False))
             entry = index.point(p.id)
-            entry.update(id=p.id, group=p.group, coords=dict(p.coords), rep=p.rep,
-                         sets=[[k, v] for k, v in p.sets], digest=digest, status="running",
-                         started_at=time.time(), run_dir=None, error=None)
-            index.save()
             t0 = time.monotonic()
-            before = set(pdir.iterdir())
-            try:
-                run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
-                                                              strict=opts.strict, probe_links=opts.probe_links,
-                                                              probe_paths=opts.probe_paths), progress)
-                entry["run_dir"] = str(run_dir.relative_to(root.resolve()))
-                entry["status"] = _manifest_status(run_dir) or "unknown"
-            except KeyboardInterrupt:
-                entry["status"] = "interrupted"
-                raise
-            except OrchestratorError as exc:
-                entry["status"], entry["error"] = "failed", str(exc)
-                progress.note(f"point {p.id} failed: {exc}")
-            finally:
-                if entry.get("run_dir") is None:        # find the run directory the runner made, if any
-                    made = [d for d in set(pdir.iterdir()) - before if d.is_dir()]
-                    if made:
-                        entry["run_dir"] = str(made[0].resolve().relative_to(root.resolve()))
-                entry["elapsed_s"] = time.monotonic() - t0
-                entry["ended_at"] = time.time()
+            for attempt in range(1 + opts.retries):
+                entry.update(id=p.id, group=p.group, coords=dict(p.coords), rep=p.rep,
+                             sets=[[k, v] for k, v in p.sets], digest=digest, status="running",
+                             started_at=time.time(), run_dir=None, error=None, attempt=attempt)
                 index.save()
+                before = set(pdir.iterdir())
+                try:
+                    run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
+                                                                  strict=opts.strict, probe_links=opts.probe_links,
+                                                                  probe_paths=opts.probe_paths), progress)
+                    entry["run_dir"] = str(run_dir.relative_to(root.resolve()))
+                    entry["status"] = _manifest_status(run_dir) or "unknown"
+                    problem = run_problem(run_dir) if entry["status"] == FINISHED else None
+                    if problem:                     # the run did not measure the protocol: run it again
+                        entry["status"], entry["error"] = "invalid", problem
+                        progress.note(f"point {p.id}: run invalid ({problem}); "
+                                      f"{'running it again' if attempt < opts.retries else 'giving up'}")
+                except KeyboardInterrupt:
+                    entry["status"] = "interrupted"
+                    _leave_nothing(doc)
+                    raise
+                except OrchestratorError as exc:
+                    entry["status"], entry["error"] = "failed", str(exc)
+                    progress.note(f"point {p.id} failed: {exc}")
+                    _leave_nothing(doc)
+                finally:
+                    if entry.get("run_dir") is None:        # find the run directory the runner made, if any
+                        made = [d for d in set(pdir.iterdir()) - before if d.is_dir()]
+                        if made:
+                            entry["run_dir"] = str(made[0].resolve().relative_to(root.resolve()))
+                    entry["elapsed_s"] = time.monotonic() - t0
+                    entry["ended_at"] = time.time()
+                    index.save()
+                if entry["status"] != "invalid":
+                    break
             elapsed.append(entry["elapsed_s"])
             done += 1
             if on_point:
@@ -211,6 +256,27 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
     finally:
         restore()
     return index.data
+
+
+def _leave_nothing(doc: dict) -> None:
+    """The runner tears its lab down in a `finally`; a second signal during that cleanup can cut it short, so
+    make sure the point's lab is gone (teardown is idempotent and works from the state file alone)."""
+    from orchestrator import lab as labmod
+    from orchestrator.state import list_labs
+
+    name = doc.get("name")
+    with _signals_ignored():
+        if name and name in list_labs():
+            labmod.teardown(name)
+
+
+class _signals_ignored:
+    def __enter__(self):
+        self.old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def __exit__(self, *exc):
+        for s, h in self.old.items():
+            signal.signal(s, h)
 
 
 def default_dir(base: dict, path: str | Path, kind: str) -> Path:

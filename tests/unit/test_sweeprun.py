@@ -142,3 +142,37 @@ def test_tune_runs_the_search_on_measured_points(exp_file, tmp_path, monkeypatch
     saved = json.loads((root / "tune.json").read_text())
     assert saved["result"]["window"] == [res.s1, res.s2]
     assert len(saved["evaluations"]) == len(res.evaluations)
+
+
+def _run_dir(tmp_path: Path, starts: dict[str, float | None], t0: float = 100.0, duration: str = "30s") -> Path:
+    d = tmp_path / "run"
+    (d / "configs").mkdir(parents=True)
+    (d / "events").mkdir()
+    (d / "manifest.json").write_text(json.dumps({"status": "completed", "t0_unix": t0, "spec": {"duration": duration}}))
+    for name, ts in starts.items():
+        (d / "configs" / f"{name}.json").write_text("{}")
+        if ts is not None:
+            (d / "events" / f"{name}.jsonl").write_text(json.dumps({"ts": ts, "event": "node_started"}) + "\n")
+    return d
+
+
+def test_runs_whose_members_did_not_run_are_invalid(tmp_path):
+    assert sr.run_problem(_run_dir(tmp_path / "a", {"h0": 99.0, "h1": 104.0})) is None
+    assert "1 of 2 members never started" in sr.run_problem(_run_dir(tmp_path / "b", {"h0": 99.0, "h1": None}))
+    assert "started up to 17.0 s after" in sr.run_problem(_run_dir(tmp_path / "c", {"h0": 99.0, "h1": 117.0}))
+
+
+def test_an_invalid_run_is_run_again(exp_file, tmp_path, monkeypatch):
+    import orchestrator.runner as runner
+
+    calls = []
+
+    def flaky(exp, opts, progress=None, variables=None):
+        calls.append(1)
+        d = _run_dir(Path(opts.out) / f"a{len(calls)}", {"h0": 99.0, "h1": None if len(calls) == 1 else 100.0})
+        return d.resolve()
+
+    monkeypatch.setattr(runner, "run", flaky)
+    _, data = sr.run_sweep(exp_file, sr.SweepOptions(out=tmp_path / "sw", only=["subgroup=1", "step=1s", "rep=0"]))
+    e = data["points"]["subgroup-1_step-1s_r0"]
+    assert len(calls) == 2 and e["status"] == "completed" and e["attempt"] == 1 and "a2" in e["run_dir"]
