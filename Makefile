@@ -2,14 +2,15 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PKGS := mininet iproute2 iptables nftables ethtool iputils-ping tcpdump tshark iperf3 procps psmisc kmod
+APT_PKGS := mininet iproute2 iptables nftables ethtool iputils-ping tcpdump tshark iperf3 procps psmisc kmod \
+            docker.io debootstrap
 PYTEST_ARGS ?=
 NETEM_VM := ../shared/tools/run-in-netem-vm.sh
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv test test-unit test-netem demo bench clean-labs
-setup: system venv
+.PHONY: setup system venv docker-engine image test test-unit test-netem demo bench clean-labs
+setup: system venv docker-engine
 
 system:
 	@missing=""; for p in $(APT_PKGS) $(HOSTS_APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -17,6 +18,23 @@ system:
 	  echo "installing system packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+# The Docker backend needs a running engine: when `docker info` fails, start it (systemd when it runs, else dockerd
+# in the background, log in /var/log/dockerd.log) and wait until it answers.
+docker-engine: system
+	@if ! docker info >/dev/null 2>&1; then \
+	  if [ -d /run/systemd/system ]; then echo "starting docker (systemctl)"; systemctl start docker; \
+	  else echo "starting dockerd in the background (log: /var/log/dockerd.log)"; \
+	    nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null & \
+	  fi; \
+	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; \
+	  docker info >/dev/null 2>&1 || { echo "the Docker engine did not start: see /var/log/dockerd.log" >&2; exit 1; }; \
+	fi
+
+# The Docker backend's images: the debootstrap base (kept when it exists) and the node image FROM it; prints their
+# sizes. BASE_IMAGE=python:3.11-slim-bookworm make image builds the node image on a registry image instead.
+image: setup
+	$(VENV)/bin/orchestrator image build
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
