@@ -188,6 +188,7 @@ def test_bad_hosts_get_per_host_errors_and_the_rest_is_left_clean(hosts, tmp_pat
     assert r.returncode == 1, r.stdout + r.stderr
     err = r.stderr
     lines = {m.group(1): m.group(2) for m in re.finditer(r"^\s+(host\d): (.*)$", err, re.M)}
+    print("\n" + "\n".join(f"  {h}: {why}" for h, why in sorted(lines.items())))
     assert set(lines) == {"host2", "host3", "host4", "host5"}, err
     assert "wrong key" in lines["host2"]
     assert "passwordless sudo" in lines["host3"]
