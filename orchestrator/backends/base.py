@@ -106,4 +106,4 @@ def get_backend(name: str, **options) -> Backend:
         from orchestrator.backends.docker import DockerBackend
 
         return DockerBackend()
-    raise SpecError(f"unknown backend {name!r}: available: mininet, docker")
+    raise SpecError(f"unknown backend {name!r}: available: mininet, docker, hosts")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -255,6 +256,10 @@ def test_killed_run_then_teardown_all_removes_everything(tmp_path, state_dir, no
         # tcpdump processes were in the lab's namespaces: gone with them.
         tcpdumps = subprocess.run(["pgrep", "-a", "-x", "tcpdump"], capture_output=True, text=True).stdout
         assert str(tmp_path) not in tcpdumps
+    # The runner's control-socket directory of the killed run (empty on Docker; the runner removes it only when
+    # it ends itself): not part of the lab, removed here so the test leaves nothing behind.
+    for d in Path("/tmp").glob(f"orch-ctl-{name}-*"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_missing_engine_is_one_clear_error_and_nothing_is_built(tmp_path, state_dir):
