@@ -7,6 +7,7 @@ event logs and writes the Parquet tables there through `file://` URIs.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import tempfile
@@ -20,6 +21,9 @@ import gossipnode
 
 
 def get_spark(master: str = "local[*]", conf: dict[str, str] | None = None) -> SparkSession:
+    if master.startswith("local"):
+        # A local Spark binds to loopback only: no listening on the machine's real interfaces.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (SparkSession.builder.master(master).appName("gossip-testbed-analysis")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
@@ -44,4 +48,5 @@ def ship_code(spark: SparkSession) -> Path:
             for f in sorted(root.rglob("*.py")):
                 zf.write(f, f.relative_to(root.parent).as_posix())
     spark.sparkContext.addPyFile(str(out))
+    atexit.register(out.unlink, missing_ok=True)
     return out
