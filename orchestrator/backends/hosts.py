@@ -7,6 +7,7 @@ something of the lab, even after a crashed orchestrator.
 """
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -55,6 +56,13 @@ class HostsBackend(Backend):
                   "strict": self.strict, "shaper_request": state.shaper, "snaplen": self.snaplen,
                   "data_dir": str(data_dir), "touched": [h.name for h in hosts]}
         deploy.save_record(state.dir, record)          # before anything is created on a host
+        # The lab's plan as realised here: members at their hosts' addresses (what `status` shows). Its digest
+        # stays the experiment's.
+        from orchestrator.hosts.run import realised_plan
+
+        realised = realised_plan(plan.to_dict(), hosts)
+        realised.pop("hosts")
+        (state.dir / "plan.json").write_text(json.dumps(realised, indent=1, sort_keys=True))
         progress.note(f"deploying {len(hosts)} host(s) with ansible-runner (private data dir {data_dir})")
         ctx = deploy.context(record, plan, data_dir)
         try:
@@ -94,7 +102,7 @@ class HostsBackend(Backend):
             data_dir = Path(record.get("data_dir") or state.dir / "ansible")
             if not data_dir.parent.exists():
                 data_dir = state.dir / "ansible"
-            ctx = deploy.context(record, state.load_plan(), data_dir)
+            ctx = deploy.context(record, state.load_plan(), data_dir, with_bundle=False)
             progress.note(f"tearing down on {', '.join(record['touched'])}")
             try:
                 res = ctx.run("teardown.yml", progress, limit=record["touched"])
@@ -137,13 +145,15 @@ class HostsBackend(Backend):
             return ["no hosts record (hosts.json) in the lab's state directory"]
         if state.status != "up":
             return []
-        ctx = deploy.context(record, state.load_plan(), state.dir / "ansible-status")
+        ctx = deploy.context(record, state.load_plan(), state.dir / "ansible-status", with_bundle=False)
         try:
             res = ctx.run("status.yml")
         finally:
             ctx.close()
         shutil.rmtree(state.dir / "ansible-status", ignore_errors=True)
         problems = [f"{h}: {why}" for h, why in sorted(res.failures.items())]
+        if res.status != "successful" and not problems:
+            problems.append(f"playbooks/status.yml: {res.status} (rc {res.rc})")
         for h, r in sorted(res.reports.items()):
             if not r.get("deployed"):
                 problems.append(f"{h}: the lab is not deployed there")

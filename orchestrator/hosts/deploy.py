@@ -133,10 +133,11 @@ def hosts_of(record: dict) -> list[Host]:
     return [Host(**h) for h in record["hosts"]]
 
 
-def context(record: dict, plan: NetworkPlan, data_dir: Path, **extra) -> AnsibleContext:
-    """The Ansible context of a lab (inventory from the recorded hosts, extra vars) in `data_dir`."""
+def context(record: dict, plan: NetworkPlan, data_dir: Path, with_bundle: bool = True, **extra) -> AnsibleContext:
+    """The Ansible context of a lab (inventory from the recorded hosts, extra vars) in `data_dir`. Teardown and
+    status need no bundle (`with_bundle=False`: no wheel download either)."""
     hosts = hosts_of(record)
-    bundle = build_bundle(data_dir)
+    bundle = build_bundle(data_dir) if with_bundle else Path("")
     ev = render.extravars(record["lab"], record["shaper_request"], record["strict"], bundle, **extra)
     ctx = AnsibleContext(data_dir=data_dir,
                          inventory=render.render_inventory(hosts, record["lab"], plan, record.get("hosts_file", ""),

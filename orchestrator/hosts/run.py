@@ -110,7 +110,8 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
         deploy.stage_tarball(files, m, cfg, render.agent_config(by_member[m], lab_name, cfg["control"]))
     manifest = {
         "run_id": run_id, "experiment_file": str(experiment_path), "spec": exp.model_dump(mode="json"),
-        "seed": exp.seed, "backend": "hosts", "plan_digest": plan.digest(), "lab": lab_name,
+        "seed": exp.seed, "backend": "hosts",
+        "plan_digest": plan.digest() if built else state.plan_digest, "lab": lab_name,
         "versions": _versions(), "started_at": time.time(), "status": "starting",
         "hosts": [{"name": h.name, "member": h.member, "ssh": f"{h.user}@{h.ssh_host}:{h.ssh_port}",
                    "address": h.address} for h in hosts],
@@ -135,16 +136,17 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
                                            "snaplen": exp.capture.snaplen})
     rec = deploy.load_record(state.dir)
     manifest.update(shaper=state.shaper, capabilities=state.capabilities, shaping_warnings=state.warnings,
-                    deploy_s=round(time.monotonic() - t_up, 2) if built else None)
+                    deploy_s=round(time.monotonic() - t_up, 2) if built else rec.get("deploy_s"))
     log(f"run {run_id}: lab {lab_name} ({'built' if built else 'reused'}) on {len(hosts)} hosts, "
         f"shaper {state.shaper}")
     first = [m.name for m in plan.members if m.name not in timeline.joiners]
-    ctx = deploy.context(rec, plan, data_dir, run_dir=run_dir, files=files,
-                         capture=exp.capture.interfaces != "none", start_members=first)
+    ctx = None
     sessions: Sessions | None = None
     applied: list[dict] = []
     stopped = "completed"
     try:
+        ctx = deploy.context(rec, plan, data_dir, run_dir=run_dir, files=files,
+                             capture=exp.capture.interfaces != "none", start_members=first)
         # 3. Stage files, open the control sessions, measure clocks, start captures and nodes, run the schedule.
         ctx.check(ctx.run("stage.yml", progress), "staging the run (playbooks/stage.yml)")
         progress.note("opening the control sessions (paramiko) and measuring clock offsets ...")
@@ -179,7 +181,7 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
         progress.note(f"stopping ({stopped}) and collecting ...")
         if sessions is not None:
             sessions.close()
-        for book in ("stop.yml", "collect.yml"):
+        for book in ("stop.yml", "collect.yml") if ctx is not None else ():
             try:
                 res = ctx.run(book, progress)
                 for h, why in sorted(res.failures.items()):
@@ -188,7 +190,8 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
                     _unpack(res, run_dir, hosts, log)
             except Exception as exc:  # noqa: BLE001 - must not hide the run's own outcome
                 log(f"{book} failed: {exc}")
-        ctx.close()
+        if ctx is not None:
+            ctx.close()
         record({"event": "run_stopped", "reason": stopped})
         captures = []
         if exp.capture.interfaces != "none":
@@ -208,7 +211,13 @@ def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = Non
         write_manifest()
         if built and not opts.keep:
             progress.note("tearing down ...")
-            labmod.teardown(lab_name, progress)
+            try:
+                labmod.teardown(lab_name, progress)
+            except OrchestratorError as exc:
+                log(f"teardown failed: {exc}")
+                if stopped == "completed":
+                    raise
+                progress.note(f"WARNING: teardown failed too: {exc}")   # keep the run's own error
     return run_dir
 
 

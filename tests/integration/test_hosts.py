@@ -28,10 +28,16 @@ PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 pytestmark = [pytest.mark.ansible]
 
 
+TIMES: dict[str, float] = {}
+
+
 def orch(args: list, state: Path, timeout: int = 420) -> subprocess.CompletedProcess:
     env = dict(os.environ, ORCHESTRATOR_STATE_DIR=str(state), COLUMNS="400")
-    return subprocess.run([*ORCH, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=REPO)
+    t = time.monotonic()
+    r = subprocess.run([*ORCH, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout,
+                       cwd=REPO)
+    TIMES[str(args[0])] = time.monotonic() - t
+    return r
 
 
 def experiment(path: Path, name: str, members: int, schedule: list, duration: str = "12s") -> Path:
@@ -159,14 +165,17 @@ def test_gsgc_on_ssh_hosts_end_to_end(hosts, tmp_path):
     # The analysis runs on what was collected.
     from analysis.cli import analyze
 
+    t = time.monotonic()
     report = analyze([run_dir], "local[2]", None)
+    TIMES["analysis"] = time.monotonic() - t
     assert (report / "report.md").exists()
     rtts = [v for a in applied for v in a["rtt_ms"].values()]
     print(f"\nhosts: up (deploy 4 hosts) {deploy_s:.1f} s; offsets (ms) "
           f"{ {k: round(v['offset_s'] * 1000, 3) for k, v in offs.items()} }; "
           f"error bounds (ms) { {k: round(v['error_s'] * 1000, 3) for k, v in offs.items()} }; "
           f"crash over paramiko {crash['rtt_ms']['h3']:.1f} ms (until the process was gone); "
-          f"all actions {min(rtts):.1f}-{max(rtts):.1f} ms")
+          f"all actions {min(rtts):.1f}-{max(rtts):.1f} ms; manifest deploy_s {m['deploy_s']}; "
+          f"CLI steps (s) { {k: round(v, 1) for k, v in TIMES.items()} }")
 
 
 @pytest.mark.root
