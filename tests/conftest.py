@@ -55,6 +55,9 @@ def _missing(marker: str) -> str | None:
             import ansible_runner  # noqa: F401
         except ImportError:
             return "needs ansible-runner"
+        for tool in ("/usr/sbin/sshd", "ssh", "ssh-keygen", "sudo", "useradd"):   # the SSH hosts of test_hosts.py
+            if shutil.which(tool) is None:
+                return f"needs {tool} (run `make setup`: openssh-server, sudo)"
     return None
 
 
