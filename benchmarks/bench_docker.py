@@ -135,9 +135,15 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=20.0, help="Seconds the nodes run before memory is read.")
     ap.add_argument("--json", type=Path, help="Also write the raw results here.")
     args = ap.parse_args()
-    os.environ.setdefault("ORCHESTRATOR_STATE_DIR", tempfile.mkdtemp(prefix="bench-state-"))
-    results = [bench(b, args.experiment, args.shaper, not args.no_nodes, args.settle)
-               for b in args.backends.split(",")]
+    own_state = None
+    if "ORCHESTRATOR_STATE_DIR" not in os.environ:
+        own_state = os.environ["ORCHESTRATOR_STATE_DIR"] = tempfile.mkdtemp(prefix="bench-state-")
+    try:
+        results = [bench(b, args.experiment, args.shaper, not args.no_nodes, args.settle)
+                   for b in args.backends.split(",")]
+    finally:
+        if own_state:
+            subprocess.run(["rm", "-rf", own_state], check=False)
     load = os.getloadavg()
     print(f"\n{args.experiment}, shaper {results[0].get('shaper')}, {os.cpu_count()} CPUs, "
           f"load average {load[0]:.1f} at the end (other work on the machine counts)")
