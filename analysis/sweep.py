@@ -14,8 +14,9 @@ engine "events", its TPR and steps are read from the event logs directly (the sa
 analysis.metrics.tpr, no Spark: what `orchestrator tune` and CI use, since a Spark pass costs minutes on a busy
 2-core machine). The aggregation is pure and tested without Spark.
 
-A run's TPR here is the mean over its completed global rounds except round 0 when later rounds completed (the
-members start one after another, so round 0 also measures the start-up); `tpr_all_s` keeps every round.
+A run's TPR here is the mean over its completed global rounds that started after every member had logged
+`node_started` (the members start one after another, over a minute for 200 Python processes on a busy 2-core
+machine, so the first rounds also measure the start-up); `tpr_all_s` is analysis.run's mean over every round.
 Writes under <sweep>/analysis/: points.csv, summary.csv, figures/*.png, sweep.md, sweep.html (and the per-run
 comparison report of analysis.report in comparison/).
 """
@@ -68,9 +69,10 @@ def queue_stats(delayline: dict | None) -> dict[str, Any]:
 
 
 def run_tpr(summary: dict) -> tuple[float | None, float | None, int]:
-    """(TPR, steps, rounds) of one run from its summary: rounds after round 0 when there are any."""
+    """(TPR, steps, rounds) of one run. From `events_summary` (it has `steady`): its rounds that started after
+    every member had started. From analysis.run's summary: the rounds after round 0 when there are any."""
     tprs, steps = summary.get("tpr_values_s") or [], summary.get("steps_values") or []
-    if len(tprs) >= 2:
+    if "steady" not in summary and len(tprs) >= 2:
         tprs, steps = tprs[1:], steps[1:]
     if not tprs:
         return None, None, 0
@@ -189,21 +191,35 @@ def events_summary(run_dir: Path) -> dict:
                     continue
     rounds = event_rounds(events, group_of)
     done = [r for r in rounds if r["tpr_s"] is not None]
-    glob = [r for r in done if r["level"] == "global"]
-    if glob:
-        tprs, steps = [r["tpr_s"] for r in glob], [r["steps"] for r in glob]
-    else:
-        local = [r["tpr_s"] for r in done if r["level"] == "local"]
-        sc = [r for r in done if r["level"] == "sc"]
-        lm = statistics.fmean(local) if local else None
-        tprs = [r["tpr_s"] + lm for r in sc] if lm is not None else []
-        steps = [r["steps"] for r in sc] if lm is not None else []
+    first_start: dict[str, float] = {}
+    for e in events:
+        if e.get("event") == "node_started":
+            first_start[e["node"]] = min(e["ts"], first_start.get(e["node"], e["ts"]))
+    all_started = max(first_start.values()) if len(first_start) == len(configs) and first_start else None
+
+    def values(rows: list[dict]) -> tuple[list[float], list[int]]:
+        glob = [r for r in rows if r["level"] == "global"]
+        if glob:
+            return [r["tpr_s"] for r in glob], [r["steps"] for r in glob]
+        local = [r["tpr_s"] for r in rows if r["level"] == "local"]
+        sc = [r for r in rows if r["level"] == "sc"]
+        if not local:
+            return [], []
+        lm = statistics.fmean(local)
+        return [r["tpr_s"] + lm for r in sc], [r["steps"] for r in sc]
+
+    all_tprs, all_steps = values(done)
+    steady = [r for r in done if all_started is not None and r["started_ts"] >= all_started]
+    tprs, steps = values(steady)
     q = queue_stats(_read_json(run_dir / "tc" / "delayline.json"))
     return {"run_id": manifest.get("run_id"), "status": manifest.get("status"),
             "members": len(configs) or None, "subgroup": gsgc.get("subgroup"), "step_s": gsgc.get("step_s"),
             "local_groups": len(gsgc.get("local_groups") or []) or None,
-            "tpr_rounds": len(tprs), "tpr_mean_s": statistics.fmean(tprs) if tprs else None,
-            "tpr_values_s": tprs, "steps_values": steps, "queue_drops": q["overflowed"],
+            "members_started": len(first_start), "all_started_ts": all_started,
+            "start_spread_s": (all_started - min(first_start.values())) if all_started else None,
+            "steady": True, "tpr_rounds": len(tprs), "tpr_mean_s": statistics.fmean(tprs) if tprs else None,
+            "tpr_values_s": tprs, "steps_values": steps,
+            "tpr_all_values_s": all_tprs, "steps_all_values": all_steps, "queue_drops": q["overflowed"],
             "rounds": {lvl: sum(1 for r in done if r["level"] == lvl) for lvl in ("global", "local", "sc")}}
 
 
@@ -285,7 +301,9 @@ def collect(root: Path, index: dict, master: str = "local[*]",
     for rd in finished:
         s = _read_json(root / rd / "analysis" / "metrics" / "summary.json")
         if s is not None:
-            summaries[rd] = s
+            # the same rounds as the events engine: those that started once every member was running
+            light = events_summary(root / rd)
+            summaries[rd] = {**s, **{k: light[k] for k in ("steady", "tpr_values_s", "steps_values")}}
         queues[rd] = queue_stats(_read_json(root / rd / "tc" / "delayline.json"))
     return summaries, queues
 
@@ -309,7 +327,8 @@ def analyze_sweep(root: Path, master: str = "local[*]", engine: str = "spark") -
     doc.add(Para(f"Experiment `{index.get('experiment_file')}`; axes: {axes or 'none'}; "
                  f"{index.get('repetitions')} repetition(s); {len(rows)} point(s), "
                  f"{sum(1 for r in rows if r['tpr_s'] is not None)} with a measured TPR."))
-    doc.add(Para("TPR: mean over a run's completed global rounds after round 0; per point the mean over the "
+    doc.add(Para("TPR: mean over a run's completed global rounds that started once every member was running; "
+                 "per point the mean over the "
                  "repetitions ± the half-width of the 95 % confidence interval (Student t). Queue sizes from the "
                  "delay line: average = mean queue length met by an admitted packet, max over all link directions."))
     doc.add(Heading(1, "Per point (mean ± 95 % CI over repetitions)"))

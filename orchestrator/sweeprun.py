@@ -124,35 +124,22 @@ def _manifest_status(run_dir: Path) -> str | None:
 
 def run_problem(run_dir: Path) -> str | None:
     """Why a completed run does not measure what it should, or None: a member that never logged `node_started`,
-    or members that started so late (CPU starvation on a busy machine: the runner's clock starts when the
-    processes are spawned, not when they run) that more than a fifth of the duration (at least 5 s) was lost."""
+    or no round completed that started after every member was running (on a busy machine 200 Python processes
+    take minutes to start, and the runner's clock starts when they are spawned; the analysis uses only the rounds
+    that started once all were running, see analysis.sweep)."""
+    from analysis.sweep import events_summary
+
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return "no manifest.json"
-    names = [f.stem for f in (run_dir / "configs").glob("*.json")]
-    started: dict[str, float] = {}
-    for name in names:
-        try:
-            with open(run_dir / "events" / f"{name}.jsonl") as fh:
-                for line in fh:
-                    if '"node_started"' in line:
-                        started[name] = json.loads(line)["ts"]
-                        break
-        except (OSError, json.JSONDecodeError, KeyError):
-            continue
-    missing = sorted(set(names) - set(started))
-    if missing:
-        return f"{len(missing)} of {len(names)} members never started (e.g. {missing[0]})"
-    t0, spec = manifest.get("t0_unix"), manifest.get("spec") or {}
-    if t0 is not None and started:
-        late = max(started.values()) - t0
-        try:
-            allowed = max(5.0, 0.2 * parse_time(spec.get("duration", "60s")))
-        except ValueError:
-            allowed = 5.0
-        if late > allowed:
-            return f"members started up to {late:.1f} s after the run's start (more than {allowed:.0f} s)"
+        s = events_summary(run_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        return f"unreadable run directory: {exc}"
+    if s["members"] is None:
+        return "no node configs"
+    if s["members_started"] < s["members"]:
+        return f"{s['members'] - s['members_started']} of {s['members']} members never started"
+    if not s["tpr_values_s"]:
+        return (f"no round completed after every member was running (the last started "
+                f"{s['start_spread_s']:.1f} s after the first)")
     return None
 
 

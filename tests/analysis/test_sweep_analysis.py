@@ -60,7 +60,8 @@ def make_run(root: Path, rel: str, b: int, step: float, tprs: list[float], local
     for i in range(4):
         (d / "configs" / f"h{i}.json").write_text(json.dumps(
             {"name": f"h{i}", "id": i, "gsgc": {"subgroup": b, "step_s": step, "local_groups": groups}}))
-    lines, t = [], 0.0
+    # h3 starts late: round 0 (started at 0) began before every member ran and is left out
+    lines, t = [ev(-1.0 if i < 3 else 0.5, f"h{i}", "node_started") for i in range(4)], 0.0
     level = "sc" if local else "global"
     for r, tpr in enumerate(tprs):
         lines += [ev(t, "h0", "round_started", level=level, round=r),
@@ -80,7 +81,8 @@ def make_run(root: Path, rel: str, b: int, step: float, tprs: list[float], local
 def test_events_summary_of_local_gossip_adds_the_two_phases(tmp_path):
     rel = make_run(tmp_path, "r", 1, 0.5, [3.0, 2.0, 4.0], local=True)
     s = sa.events_summary(tmp_path / rel)
-    assert s["tpr_values_s"] == [4.0, 3.0, 5.0] and s["local_groups"] == 2 and s["members"] == 4
+    assert s["tpr_all_values_s"] == [4.0, 3.0, 5.0] and s["local_groups"] == 2 and s["members"] == 4
+    assert s["tpr_values_s"] == [3.0, 5.0] and s["start_spread_s"] == 1.5   # round 0 began before h3 ran
 
 
 def test_a_synthetic_sweep_gives_one_point_per_b_and_step_with_ci(tmp_path):

@@ -1,5 +1,5 @@
 """`orchestrator sweep` end to end on Mininet (root): the reduced GSGC sweep (b in {1, 3}, three step intervals, two
-repetitions on a 12-member tree) with its comparison table and figure, a Spark cross-check of the light TPR
+repetitions on a 12-member tree, 25 s runs) with its comparison table and figure, a Spark cross-check of the light TPR
 path, and an interrupted sweep that resumes without re-running finished points."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def small_experiment(tmp: Path, name: str, **changes) -> Path:
     doc["name"] = name
     doc["topology"]["nodes"] = 12
     doc["workload"]["senders"] = 12
-    doc["duration"] = "20s"
+    doc["duration"] = "25s"
     doc["sweep"]["axes"]["protocol.gsgc.step"] = ["250ms", "750ms", "2s"]
     doc.update(changes)
     f = tmp / f"{name}.yaml"
@@ -85,8 +85,9 @@ def test_the_event_path_agrees_with_the_spark_analysis(reduced_sweep):
     outcome = run_analysis([run_dir], "local[2]", reduced_sweep / "analysis" / "check")
     spark = outcome.summaries[0]
     light = events_summary(run_dir)
-    assert spark["tpr_values_s"] == pytest.approx(light["tpr_values_s"])
-    assert spark["steps_values"] == light["steps_values"]
+    assert spark["tpr_values_s"] == pytest.approx(light["tpr_all_values_s"])   # every round, both paths
+    assert spark["steps_values"] == light["steps_all_values"]
+    assert set(light["tpr_values_s"]) <= set(light["tpr_all_values_s"])
     assert spark["queue_drops"] == light["queue_drops"] == 0
 
 

@@ -75,8 +75,7 @@ class FakeRunner:
     def __call__(self, exp_file, opts, progress=None, variables=None):
         pid = Path(exp_file).parent.name
         self.calls.append(pid)
-        d = Path(opts.out) / f"t-{uuid.uuid4().hex[:8]}"   # the runner's run ids are unique (UTC time)
-        d.mkdir()
+        d = _run_dir(Path(opts.out) / f"t-{uuid.uuid4().hex[:8]}", {"h0": 99.0, "h1": 100.0})  # a valid run
         status = "completed"
         if pid == self.interrupt_on:
             (d / "manifest.json").write_text(json.dumps({"status": "interrupted (Ctrl-C)"}))
@@ -144,22 +143,32 @@ def test_tune_runs_the_search_on_measured_points(exp_file, tmp_path, monkeypatch
     assert len(saved["evaluations"]) == len(res.evaluations)
 
 
-def _run_dir(tmp_path: Path, starts: dict[str, float | None], t0: float = 100.0, duration: str = "30s") -> Path:
+def _run_dir(tmp_path: Path, starts: dict[str, float | None], rounds: list[tuple[float, float]] = ((110, 115),)
+             ) -> Path:
+    """A run directory: members started at `starts` (None: never), global rounds (started, constructed)."""
     d = tmp_path / "run"
     (d / "configs").mkdir(parents=True)
     (d / "events").mkdir()
-    (d / "manifest.json").write_text(json.dumps({"status": "completed", "t0_unix": t0, "spec": {"duration": duration}}))
-    for name, ts in starts.items():
-        (d / "configs" / f"{name}.json").write_text("{}")
+    (d / "manifest.json").write_text(json.dumps({"status": "completed", "t0_unix": 100.0}))
+    for i, (name, ts) in enumerate(starts.items()):
+        (d / "configs" / f"{name}.json").write_text(json.dumps({"name": name, "id": i, "gsgc": {"subgroup": 1}}))
+        lines = []
         if ts is not None:
-            (d / "events" / f"{name}.jsonl").write_text(json.dumps({"ts": ts, "event": "node_started"}) + "\n")
+            lines.append({"ts": ts, "node": name, "event": "node_started"})
+        if i == 0:
+            for r, (a, b) in enumerate(rounds):
+                lines += [{"ts": a, "node": name, "event": "round_started", "level": "global", "round": r},
+                          {"ts": b, "node": name, "event": "round_completed", "level": "global", "round": r,
+                           "via": "constructed", "steps": 2}]
+        (d / "events" / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return d
 
 
 def test_runs_whose_members_did_not_run_are_invalid(tmp_path):
     assert sr.run_problem(_run_dir(tmp_path / "a", {"h0": 99.0, "h1": 104.0})) is None
     assert "1 of 2 members never started" in sr.run_problem(_run_dir(tmp_path / "b", {"h0": 99.0, "h1": None}))
-    assert "started up to 17.0 s after" in sr.run_problem(_run_dir(tmp_path / "c", {"h0": 99.0, "h1": 117.0}))
+    late = sr.run_problem(_run_dir(tmp_path / "c", {"h0": 99.0, "h1": 117.0}))
+    assert "no round completed after every member was running (the last started 18.0 s after" in late
 
 
 def test_an_invalid_run_is_run_again(exp_file, tmp_path, monkeypatch):
