@@ -126,10 +126,14 @@ class HostsBackend(Backend):
     def exec(self, state: LabState, node: str, argv: list[str]) -> int:
         """Run `argv` on the member's host as the SSH user (OpenSSH client, host key checked)."""
         h, record = self._host(state, node)
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        if not argv or argv[0].startswith("-"):
+            raise SpecError("exec: give the command after `--`")
         kh = record["known_hosts"]
         ssh = ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={kh}",
                "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-i", h.key,
-               "-p", str(h.ssh_port), f"{h.user}@{h.ssh_host}", "--", shlex.join(argv)]
+               "-p", str(h.ssh_port), f"{h.user}@{h.ssh_host}", shlex.join(argv)]
         return subprocess.call(ssh, stdin=sys.stdin)
 
     def popen(self, state: LabState, node: str, argv: list[str], **kwargs) -> subprocess.Popen:

@@ -35,8 +35,8 @@ def orch(args: list, state: Path, timeout: int = 420) -> subprocess.CompletedPro
     env = dict(os.environ, ORCHESTRATOR_STATE_DIR=str(state), COLUMNS="400")
     t = time.monotonic()
     r = subprocess.run([*ORCH, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout,
-                       cwd=REPO)
-    TIMES[str(args[0])] = time.monotonic() - t
+                       cwd=REPO, stdin=subprocess.DEVNULL)
+    TIMES.setdefault(str(args[0]), time.monotonic() - t)
     return r
 
 
@@ -98,8 +98,15 @@ def test_gsgc_on_ssh_hosts_end_to_end(hosts, tmp_path):
         {"at": "3s", "action": "pause", "nodes": ["h2"], "duration": "1500ms"},
         {"at": "5s", "action": "crash", "nodes": ["h3"]}])
     inv = hosts.hosts_file(tmp_path / "hosts.yml")
-    common = ["--backend", "hosts"]
+    try:
+        _end_to_end(hosts, tmp_path, state, exp, inv)
+    finally:
+        if (state / "gthosts").exists():            # a failed step must not leave the lab on the hosts
+            orch(["teardown", "gthosts"], state)
 
+
+def _end_to_end(hosts, tmp_path, state, exp, inv):
+    common = ["--backend", "hosts"]
     t = time.monotonic()
     r = orch(["up", exp, *common, "--inventory", inv, "--known-hosts", hosts.known_hosts], state)
     deploy_s = time.monotonic() - t
@@ -115,6 +122,9 @@ def test_gsgc_on_ssh_hosts_end_to_end(hosts, tmp_path):
     for i in range(1, 5):
         q = json.loads(sh(["tc", "-n", hosts.ns(i), "-j", "qdisc", "show", "dev", "eth0"]).stdout)
         assert {"htb", "pfifo" if st["shaper"] == "tbf" else "netem"} <= {x["kind"] for x in q}
+
+    r = orch(["exec", "gthosts", "h1", "--", "ip", "-br", "addr", "show", "to", "h1"], state)   # h1: its host address
+    assert r.returncode == 0 and hosts.addr(2) in r.stdout, r.stdout + r.stderr
 
     r = orch(["run", exp, *common, "--lab", "gthosts", "--out", tmp_path / "runs"], state)
     assert r.returncode == 0, r.stderr
