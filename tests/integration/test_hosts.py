@@ -96,7 +96,8 @@ def test_gsgc_on_ssh_hosts_end_to_end(hosts, tmp_path):
     state = tmp_path / "state"
     exp = experiment(tmp_path / "exp.yaml", "gthosts", 4, [
         {"at": "3s", "action": "pause", "nodes": ["h2"], "duration": "1500ms"},
-        {"at": "5s", "action": "crash", "nodes": ["h3"]}])
+        {"at": "5s", "action": "crash", "nodes": ["h3"]},
+        {"at": "6s", "action": "perturb", "nodes": ["h1"], "p": 0.5, "duration": "2s"}])
     inv = hosts.hosts_file(tmp_path / "hosts.yml")
     try:
         _end_to_end(hosts, tmp_path, state, exp, inv)
@@ -142,9 +143,13 @@ def _end_to_end(hosts, tmp_path, state, exp, inv):
     # The schedule went over paramiko: the pause and the crash, each on its target, on time.
     events = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()]
     applied = [e for e in events if e["event"] == "action_applied"]
-    assert [(a["op"], a["targets"]) for a in applied] == [("stop_signal", ["h2"]), ("cont_signal", ["h2"]),
-                                                          ("crash", ["h3"])]
-    crash = applied[-1]
+    assert [(a["op"], a["targets"]) for a in applied[:3]] == [("stop_signal", ["h2"]), ("cont_signal", ["h2"]),
+                                                              ("crash", ["h3"])]
+    perturb = applied[3:]                   # 100 ms sleeps of h1 with probability 0.5: SIGSTOP/SIGCONT pairs
+    assert perturb and {a["action"] for a in perturb} == {"perturb"} and all(a["targets"] == ["h1"] for a in perturb)
+    assert {a["op"] for a in perturb} == {"stop_signal", "cont_signal"}
+    assert all("errors" not in a for a in applied)
+    crash = applied[2]
     assert crash["lag_ms"] < 500 and "errors" not in crash
     crash_pid = crash["pids"]["h3"]
     assert crash_pid and not Path(f"/proc/{crash_pid}").exists()
@@ -184,7 +189,8 @@ def _end_to_end(hosts, tmp_path, state, exp, inv):
           f"{ {k: round(v['offset_s'] * 1000, 3) for k, v in offs.items()} }; "
           f"error bounds (ms) { {k: round(v['error_s'] * 1000, 3) for k, v in offs.items()} }; "
           f"crash over paramiko {crash['rtt_ms']['h3']:.1f} ms (until the process was gone); "
-          f"all actions {min(rtts):.1f}-{max(rtts):.1f} ms; manifest deploy_s {m['deploy_s']}; "
+          f"all {len(applied)} actions {min(rtts):.1f}-{max(rtts):.1f} ms (median {sorted(rtts)[len(rtts) // 2]:.1f}), "
+          f"lag max {max(a['lag_ms'] for a in applied):.1f} ms; manifest deploy_s {m['deploy_s']}; "
           f"CLI steps (s) { {k: round(v, 1) for k, v in TIMES.items()} }")
 
 
