@@ -211,16 +211,16 @@ class DockerBackend(MininetBackend):
         members = [n.name for n in plan.members]
         routers = [n.name for n in plan.nodes if n.role != "member"]
         share = share_root(lab)
-        # Recorded before anything is created: teardown (also after a killed orchestrator) finds all of it.
-        state.backend_data = {"containers": [container_name(lab, m) for m in members], "share": str(share),
-                              "image": image}
-        state.save()
-        names = set(state.backend_data["containers"])
+        names = {container_name(lab, m) for m in members}
+        # Checked before anything is recorded: a failed `up` must not tear down containers that are not its own.
         clash = lab_containers(c, lab) + [x for x in c.containers.list(all=True, ignore_removed=True,
                                                                        filters={"name": lab}) if x.name in names]
         if clash:
-            raise BackendError(f"container {clash[0].name} already exists (another lab, or a leftover: "
-                               f"`orchestrator teardown {lab}`)")
+            raise BackendError(f"container {clash[0].name} already exists (a lab of the same name under another "
+                               f"state directory, or a leftover: `docker rm -f {clash[0].name}`)")
+        # Recorded before anything is created: teardown (also after a killed orchestrator) finds all of it.
+        state.backend_data = {"containers": sorted(names), "share": str(share), "image": image}
+        state.save()
         for m in members:
             node_paths(lab, m)["dir"].mkdir(parents=True, exist_ok=True)
 
@@ -250,12 +250,8 @@ class DockerBackend(MininetBackend):
         data = state.backend_data or {}
         if data.get("containers"):
             c = self._docker()
-            names = set(data["containers"])
+            # By label: set atomically at creation, so every container this lab created carries it.
             found = {x.name: x for x in lab_containers(c, state.lab)}
-            # Also a container created but not yet labelled-visible? Labels are set at creation; names too.
-            for x in c.containers.list(all=True, ignore_removed=True, filters={"name": state.lab}):
-                if x.name in names:
-                    found.setdefault(x.name, x)
             progress.start("containers", len(found))
 
             def remove(x) -> None:

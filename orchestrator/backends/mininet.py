@@ -114,13 +114,14 @@ class MininetBackend(Backend):
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
         lab, shaper = state.lab, state.shaper
         names = [n.name for n in plan.nodes]
-        # Record the intent before creating anything: a crash half-way through still leaves a complete list.
-        state.namespaces = [ns_name(lab, n) for n in names]
-        state.save()
-        clash = netns.existing(state.namespaces)
+        # Checked before the intent is recorded: a failed `up` must not delete namespaces that are not its own.
+        clash = netns.existing([ns_name(lab, n) for n in names])
         if clash:
             raise BackendError(f"namespace {clash[0]} already exists (another lab, or a leftover: "
                                f"`orchestrator teardown {lab}`)")
+        # Record the intent before creating anything: a crash half-way through still leaves a complete list.
+        state.namespaces = [ns_name(lab, n) for n in names]
+        state.save()
 
         self._create_namespaces(plan, state, progress)
 

@@ -190,6 +190,11 @@ def test_up_exec_status_teardown(tmp_path, state_dir, node_image):
         r = cli("status", name, "--json")
         s = json.loads(r.stdout)
         assert s["backend"] == "docker" and s["health"] == []
+        # The same lab name under another state directory is refused, and the failed `up` leaves this lab alone.
+        r = cli("up", str(f), "--backend", "docker", env_extra={"ORCHESTRATOR_STATE_DIR": str(tmp_path / "other")})
+        assert r.returncode == 1 and "already exists" in r.stderr, r.stderr
+        assert len(dk.lab_containers(c, name)) == len(plan.members) and len(lab_namespaces(name)) == len(plan.nodes)
+        assert json.loads(cli("status", name, "--json").stdout)["health"] == []
         # A container that died is reported.
         got[members[1]].kill()
         s = json.loads(cli("status", name, "--json").stdout)
