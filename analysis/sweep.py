@@ -55,17 +55,39 @@ def mean_ci(xs: list[float]) -> tuple[float | None, float | None]:
     return m, t975(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
-def queue_stats(delayline: dict | None) -> dict[str, Any]:
-    """avg_queue (Σ queue_sum / Σ queued), max_queue (max over directions), overflowed (Σ) of tc/delayline.json."""
+def queue_stats(delayline: dict | None, probe: dict | None = None) -> dict[str, Any]:
+    """avg_queue (Σ queue_sum / Σ queued), max_queue (max over directions), overflowed (Σ) of tc/delayline.json.
+
+    `probe` is fidelity.json's `rate` sample (`link`, `direction`, `count`): the fidelity probe sends `count`
+    back-to-back packets over that link direction before the protocol starts, which the counters include. Its
+    contribution is taken out: the burst meets queues 0..count-1, and that direction's max_queue counts only if it
+    exceeds the burst's (else the protocol's own maximum there is unknown and the other directions decide)."""
     queues = (delayline or {}).get("queues") if isinstance(delayline, dict) else None
     if not isinstance(queues, dict) or not queues:
         return {"avg_queue": None, "max_queue": None, "overflowed": None}
-    qs = [q for q in queues.values() if isinstance(q, dict)]
-    queued = sum(q.get("queued") or 0 for q in qs)
-    has_sum = any("queue_sum" in q for q in qs)
-    return {"avg_queue": (sum(q.get("queue_sum") or 0 for q in qs) / queued) if has_sum and queued else None,
-            "max_queue": max((q.get("max_queue") or 0 for q in qs), default=None),
-            "overflowed": sum(q.get("overflowed") or 0 for q in qs)}
+    burst_key = f"{probe.get('link')}/{probe.get('direction')}" if isinstance(probe, dict) else None
+    burst = int(probe.get("count") or 0) if burst_key in queues else 0
+    total_sum = total_queued = 0
+    maxima = []
+    has_sum = False
+    for key, q in queues.items():
+        if not isinstance(q, dict):
+            continue
+        qsum, queued, mq = q.get("queue_sum") or 0, q.get("queued") or 0, q.get("max_queue") or 0
+        has_sum = has_sum or "queue_sum" in q
+        if key == burst_key and burst:
+            qsum, queued = max(0, qsum - burst * (burst - 1) // 2), max(0, queued - burst)
+            mq = mq if mq > burst else 0
+        total_sum, total_queued = total_sum + qsum, total_queued + queued
+        maxima.append(mq)
+    return {"avg_queue": total_sum / total_queued if has_sum and total_queued else None,
+            "max_queue": max(maxima, default=None),
+            "overflowed": sum(q.get("overflowed") or 0 for q in queues.values() if isinstance(q, dict))}
+
+
+def run_queue_stats(run_dir: Path) -> dict[str, Any]:
+    fidelity = _read_json(Path(run_dir) / "fidelity.json") or {}
+    return queue_stats(_read_json(Path(run_dir) / "tc" / "delayline.json"), fidelity.get("rate"))
 
 
 def run_tpr(summary: dict) -> tuple[float | None, float | None, int]:
@@ -211,7 +233,7 @@ def events_summary(run_dir: Path) -> dict:
     all_tprs, all_steps = values(done)
     steady = [r for r in done if all_started is not None and r["started_ts"] >= all_started]
     tprs, steps = values(steady)
-    q = queue_stats(_read_json(run_dir / "tc" / "delayline.json"))
+    q = run_queue_stats(run_dir)
     return {"run_id": manifest.get("run_id"), "status": manifest.get("status"),
             "members": len(configs) or None, "subgroup": gsgc.get("subgroup"), "step_s": gsgc.get("step_s"),
             "local_groups": len(gsgc.get("local_groups") or []) or None,
@@ -292,7 +314,7 @@ def collect(root: Path, index: dict, master: str = "local[*]",
     if engine == "events":
         for rd in finished:
             summaries[rd] = events_summary(root / rd)
-            queues[rd] = queue_stats(_read_json(root / rd / "tc" / "delayline.json"))
+            queues[rd] = run_queue_stats(root / rd)
         return summaries, queues
     todo = [root / rd for rd in finished if not (root / rd / "analysis" / "metrics" / "summary.json").exists()]
     if todo:
@@ -304,7 +326,7 @@ def collect(root: Path, index: dict, master: str = "local[*]",
             # the same rounds as the events engine: those that started once every member was running
             light = events_summary(root / rd)
             summaries[rd] = {**s, **{k: light[k] for k in ("steady", "tpr_values_s", "steps_values")}}
-        queues[rd] = queue_stats(_read_json(root / rd / "tc" / "delayline.json"))
+        queues[rd] = run_queue_stats(root / rd)
     return summaries, queues
 
 

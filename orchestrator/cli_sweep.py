@@ -207,7 +207,7 @@ def tune(
     for ev in res.evaluations:
         table.add_row(str(ev.order), ev.phase, f"{ev.x:g}", _f(ev.fx), "yes" if res.s1 <= ev.x <= res.s2 else "")
     err.print(table)
-    err.print(f"s = {res.s:g} s, f(s) = {_f(res.fs)} s, window [s1, s2] = [{res.s1:g}, {res.s2:g}] s "
+    err.print(f"s = {res.s:g} s, f(s) = {_f(res.fs)} s, window \\[s1, s2] = \\[{res.s1:g}, {res.s2:g}] s "
               f"(Part I {res.part1_iterations} iterations, Part II {res.part2_iterations}; "
               f"{len(res.evaluations)} step intervals measured){' [lower guard hit]' if res.lower_clamped else ''}"
               f"{' [upper guard hit]' if res.upper_clamped else ''}")

@@ -133,3 +133,12 @@ def test_not_a_sweep_directory(tmp_path):
     from analysis.rundir import AnalysisError
     with pytest.raises(AnalysisError, match="sweep.json"):
         sa.analyze_sweep(tmp_path, engine="events")
+
+
+def test_the_fidelity_probe_burst_is_taken_out_of_the_queue_statistics():
+    dl = {"queues": {"a/down": {"max_queue": 30, "queue_sum": 435 + 10, "queued": 30 + 10, "overflowed": 0},
+                     "b/up": {"max_queue": 4, "queue_sum": 10, "queued": 10, "overflowed": 0}}}
+    probe = {"link": "a", "direction": "down", "count": 30}
+    assert sa.queue_stats(dl, probe) == {"avg_queue": 1.0, "max_queue": 4, "overflowed": 0}
+    dl["queues"]["a/down"]["max_queue"] = 50        # the protocol's own queue went beyond the burst
+    assert sa.queue_stats(dl, probe)["max_queue"] == 50
