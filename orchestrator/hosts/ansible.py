@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import shutil
 import subprocess
 import tempfile
@@ -155,10 +156,18 @@ class AnsibleContext:
             return True
 
         t0 = time.monotonic()
-        r = ansible_runner.run(
-            private_data_dir=str(self.data_dir), project_dir=str(PLAYBOOKS), playbook=str(PLAYBOOKS / playbook),
-            ident=ident, limit=",".join(limit) if limit else None, quiet=True, event_handler=on_event,
-            cancel_callback=(lambda: cancel.is_set()) if cancel is not None else None)
+        # Always our own cancel callback: without one, ansible-runner installs SIGINT/SIGTERM handlers of its own
+        # (and keeps them), so Ctrl-C would no longer interrupt the run afterwards. Restore them anyway.
+        saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} \
+            if threading.current_thread() is threading.main_thread() else {}
+        try:
+            r = ansible_runner.run(
+                private_data_dir=str(self.data_dir), project_dir=str(PLAYBOOKS), playbook=str(PLAYBOOKS / playbook),
+                ident=ident, limit=",".join(limit) if limit else None, quiet=True, event_handler=on_event,
+                cancel_callback=(lambda: cancel.is_set()) if cancel is not None else (lambda: False))
+        finally:
+            for s, h in saved.items():
+                signal.signal(s, h)
         res.elapsed_s = time.monotonic() - t0
         res.status, res.rc = r.status, r.rc
         return res

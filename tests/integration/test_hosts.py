@@ -251,3 +251,23 @@ def test_paramiko_sessions_verify_host_keys(hosts, tmp_path):
         AgentSession(h, "gtkeys", new, accept_new=True)
     got = new.read_text().split()
     assert got[0] == hosts.addr(1) and got[1:] == real[hosts.addr(1)]
+
+
+def test_ansible_runner_leaves_ctrl_c_to_us(tmp_path):
+    """ansible-runner installs SIGINT/SIGTERM handlers of its own when given no cancel callback, and keeps them:
+    Ctrl-C would then no longer stop a run. The adapter always passes one and restores the handlers."""
+    import signal
+
+    from orchestrator.hosts.ansible import AnsibleContext
+
+    ctx = AnsibleContext(data_dir=tmp_path / "pdd", inventory="all:\n  children:\n    gossip:\n      hosts: {}\n",
+                         extravars={}, known_hosts=tmp_path / "known_hosts")
+    ctx.prepare()
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        res = ctx.run("status.yml")
+    finally:
+        ctx.close()
+    assert res.status == "successful" and not res.failures
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert oct((tmp_path / "pdd").stat().st_mode & 0o777) == "0o700"
