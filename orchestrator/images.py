@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.backends.base import NullProgress, Progress
-from orchestrator.backends.docker import DEFAULT_NODE_IMAGE, client
+from orchestrator.backends.docker import DEFAULT_NODE_IMAGE, LABEL_SOURCE, client, source_digest
 from orchestrator.errors import BackendError, OrchestratorError
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node_image"
@@ -130,7 +130,8 @@ def build_node(tag: str = DEFAULT_NODE_IMAGE, base: str | None = None, progress:
     progress.note(f"docker build {NODE_DIR} -> {tag}" + (f" (BASE_IMAGE={base})" if base else ""))
     error, last = None, []
     for chunk in c.api.build(path=str(NODE_DIR), tag=tag, buildargs={"BASE_IMAGE": base} if base else {},
-                             rm=True, forcerm=True, network_mode="host", decode=True):
+                             rm=True, forcerm=True, network_mode="host", decode=True,
+                             labels={LABEL_SOURCE: source_digest()}):
         if "error" in chunk:
             error = chunk["error"].strip()
         line = (chunk.get("stream") or "").strip()

@@ -396,7 +396,7 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
     backend = get_backend(state.backend)
     manifest.update(shaper=state.shaper, capabilities=state.capabilities, shaping_warnings=state.warnings)
     if state.backend_data.get("image"):
-        manifest["versions"]["node_image"] = state.backend_data["image"]
+        manifest["versions"]["node_image"] = f"{state.backend_data['image']} {state.backend_data.get('image_id', '')}"
     # The backend may run the node elsewhere (a container): its paths, as the node will see them.
     configs = {name: backend.node_config(state, name, cfg) for name, cfg in configs.items()}
     for name, cfg in configs.items():

@@ -50,8 +50,23 @@ DEFAULT_NODE_IMAGE = "gossip-testbed/node:latest"
 WORKERS = 4          # containers created/removed at a time (dockerd serialises much of it anyway)
 
 
+LABEL_SOURCE = "gossip-testbed.source-digest"
+NODE_SOURCE = Path(__file__).resolve().parents[2] / "node_image" / "gossipnode"
+
+
 def node_image() -> str:
     return os.environ.get("ORCHESTRATOR_NODE_IMAGE", DEFAULT_NODE_IMAGE)
+
+
+def source_digest(root: Path = NODE_SOURCE) -> str:
+    """sha256 over the node's Python sources (paths and contents): the node image carries it as a label, so a
+    lab never runs a node older than the code a Mininet lab would run."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def share_root(lab: str) -> Path:
@@ -196,12 +211,19 @@ class DockerBackend(MininetBackend):
         # The engine and the image are checked before anything is created.
         image = node_image()
         try:
-            self._docker().images.get(image)
+            img = self._docker().images.get(image)
         except DockerUnavailable:
             raise
         except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
             raise BackendError(f"the node image {image} does not exist: build it with `orchestrator image build` "
                                f"(or `make image`), or name another with ORCHESTRATOR_NODE_IMAGE") from None
+        built_from = (img.labels or {}).get(LABEL_SOURCE)
+        if built_from is None:
+            progress.note(f"WARNING: {image} has no {LABEL_SOURCE} label: cannot tell which gossipnode it runs")
+        elif built_from != source_digest():
+            raise BackendError(f"the node image {image} was built from other gossipnode sources than "
+                               f"{NODE_SOURCE}: rebuild it with `orchestrator image build` (seconds: the base "
+                               f"is kept)")
         super().up(plan, state, progress)
 
     def _create_namespaces(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
@@ -219,7 +241,8 @@ class DockerBackend(MininetBackend):
             raise BackendError(f"container {clash[0].name} already exists (a lab of the same name under another "
                                f"state directory, or a leftover: `docker rm -f {clash[0].name}`)")
         # Recorded before anything is created: teardown (also after a killed orchestrator) finds all of it.
-        state.backend_data = {"containers": sorted(names), "share": str(share), "image": image}
+        state.backend_data = {"containers": sorted(names), "share": str(share), "image": image,
+                              "image_id": c.images.get(image).id}
         state.save()
         for m in members:
             node_paths(lab, m)["dir"].mkdir(parents=True, exist_ok=True)

@@ -39,13 +39,15 @@ seed: 4
 
 @pytest.fixture(scope="session")
 def node_image():
-    """The node image, built (base cached) when this machine has none yet."""
+    """The node image, built (base cached) when this machine has none, or one of other gossipnode sources."""
     from orchestrator import images
 
     c = dk.client()
     try:
-        c.images.get(dk.node_image())
+        current = (c.images.get(dk.node_image()).labels or {}).get(dk.LABEL_SOURCE) == dk.source_digest()
     except Exception:  # noqa: BLE001 - ImageNotFound
+        current = False
+    if not current:
         images.build_all(node_tag=dk.node_image())
     return dk.node_image()
 
@@ -265,6 +267,25 @@ def test_killed_run_then_teardown_all_removes_everything(tmp_path, state_dir, no
     # it ends itself): not part of the lab, removed here so the test leaves nothing behind.
     for d in Path("/tmp").glob(f"orch-ctl-{name}-*"):
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_image_of_other_node_sources_is_refused(tmp_path, state_dir, node_image):
+    import io
+
+    c = dk.client()
+    tag = f"gossip-testbed/stale-test:{unique_lab()}"
+    c.images.build(fileobj=io.BytesIO(f"FROM {node_image}\nLABEL {dk.LABEL_SOURCE}=0000\n".encode()), tag=tag,
+                   rm=True)
+    try:
+        name = unique_lab("s")
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(f"name: {name}\ntopology: {{kind: tree, nodes: 3, degree: 2}}\n")
+        r = cli("up", str(f), "--backend", "docker", env_extra={"ORCHESTRATOR_NODE_IMAGE": tag})
+        assert r.returncode == 1 and "built from other gossipnode sources" in r.stderr, r.stderr
+        assert "orchestrator image build" in r.stderr
+        assert leftovers(name) == NOTHING and not (state_dir / name).exists()
+    finally:
+        c.images.remove(tag, force=True)
 
 
 def test_missing_engine_is_one_clear_error_and_nothing_is_built(tmp_path, state_dir):

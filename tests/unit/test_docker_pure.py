@@ -94,3 +94,15 @@ def test_dockerfile_keeps_base_image_overridable():
     assert "ARG BASE_IMAGE=" in text and "FROM ${BASE_IMAGE}" in text
     assert 'ENTRYPOINT ["python", "-m", "gossipnode"]' in text
     assert Path(images.NODE_DIR / "wheels").is_dir()
+
+
+def test_source_digest_follows_the_node_sources(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    first = dk.source_digest(tmp_path)
+    assert first == dk.source_digest(tmp_path) and len(first) == 64
+    (tmp_path / "pkg" / "a.py").write_text("x = 2\n")
+    assert dk.source_digest(tmp_path) != first
+    (tmp_path / "pkg" / "notes.txt").write_text("not code")
+    assert dk.source_digest(tmp_path) == dk.source_digest(tmp_path)
+    assert dk.source_digest() == dk.source_digest(images.NODE_DIR / "gossipnode")
