@@ -308,8 +308,11 @@ class DockerBackend(MininetBackend):
         if argv[:1] == ["--"]:
             argv = argv[1:]
         api = self._docker().api
-        ex = api.exec_create(container.id, argv, stdout=True, stderr=True)
-        stream = api.exec_start(ex["Id"], stream=True, demux=True)
+        try:
+            ex = api.exec_create(container.id, argv, stdout=True, stderr=True)
+            stream = api.exec_start(ex["Id"], stream=True, demux=True)
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: e.g. the container is not running
+            raise BackendError(f"docker exec in {container.name} failed: {_explain(exc)}") from None
         try:
             for out, errs in stream:
                 if out:
@@ -350,8 +353,11 @@ class DockerBackend(MininetBackend):
             started[1].add(node)
         paths["config"].write_text(json.dumps(self.node_config(state, node, config), indent=1))
         api = self._docker().api
-        ex = api.exec_create(container.id, node_argv(paths), stdout=False, stderr=False)
-        api.exec_start(ex["Id"], detach=True)
+        try:
+            ex = api.exec_create(container.id, node_argv(paths), stdout=False, stderr=False)
+            api.exec_start(ex["Id"], detach=True)
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: e.g. the container is not running
+            raise BackendError(f"starting the node in {container.name} failed: {_explain(exc)}") from None
         return DockerNodeProcess(self._docker(), container, ex["Id"])
 
     def collect_node_files(self, state: LabState, node: str, run_dir: Path) -> None:
@@ -425,6 +431,10 @@ def container_memory(container) -> int:
     mem = stats.get("memory_stats", {})
     detail = mem.get("stats", {})
     return max(0, mem.get("usage", 0) - detail.get("total_inactive_file", detail.get("inactive_file", 0)))
+
+
+def _explain(exc: Exception) -> str:
+    return getattr(exc, "explanation", None) or str(exc)
 
 
 def _parallel(fn, items: list, on_done) -> None:
