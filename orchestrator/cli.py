@@ -68,6 +68,8 @@ def _parse_sets(sets: list[str] | None) -> dict[str, str]:
     return variables
 
 
+BACKEND_HELP = ("mininet (default: namespaces on this machine), docker (containers from the node image) or hosts "
+                "(real machines over SSH and Ansible, with --inventory).")
 INVENTORY_HELP = "--backend hosts: the hosts file (YAML: name, ssh, user, key, address per host; README 'Real hosts')."
 KNOWN_HOSTS_HELP = "--backend hosts: known_hosts file the host keys are checked against (default ~/.ssh/known_hosts)."
 ACCEPT_NEW_HELP = ("--backend hosts: accept and record the keys of hosts not in known_hosts yet (a changed key is "
@@ -93,7 +95,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on 
 @app.command()
 def up(
     experiment: Path = typer.Argument(..., help="Experiment file (YAML, optionally Jinja2-templated)."),
-    backend: str = typer.Option("mininet", help="mininet (default) or docker (containers from the node image)."),
+    backend: str = typer.Option("mininet", help=BACKEND_HELP),
     name: Optional[str] = typer.Option(None, help="Lab name (default: the experiment's name or file stem)."),
     shaper: str = typer.Option("auto", help=SHAPER_HELP),
     strict_shaping: bool = typer.Option(False, "--strict-shaping",
@@ -119,7 +121,7 @@ def up(
 @app.command()
 def run(
     experiment: Path = typer.Argument(..., help="Experiment file."),
-    backend: str = typer.Option("mininet", help="mininet (default) or docker (containers from the node image)."),
+    backend: str = typer.Option("mininet", help=BACKEND_HELP),
     out_dir: Path = typer.Option(Path("runs"), "--out", help="Parent directory of the run directory."),
     keep: bool = typer.Option(False, "--keep", help="Leave the network up afterwards."),
     seed: Optional[int] = typer.Option(None, help="Override the experiment's seed (schedule draws, senders)."),
