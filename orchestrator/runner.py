@@ -36,6 +36,16 @@ from orchestrator.state import LabState
 from orchestrator.units import parse_time
 
 NODE_PORT = 7000
+START_TIMEOUT_S = 30.0       # nodes must answer on their control socket within this + START_PER_NODE_S each
+START_PER_NODE_S = 0.5
+START_MARGIN_S = 0.5         # the common start is this far after the last node answered
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(empty log)"
+    except OSError:
+        return "(no log)"
 
 
 # --- pure: node configuration -----------------------------------------------------------------------------------
@@ -173,6 +183,40 @@ class Runner:
     # -- processes
     def start_node(self, name: str) -> None:
         self.nodes[name] = self.backend.start_node(self.state, name, self.configs[name], self.run_dir)
+
+    def await_ready(self, names: list[str], timeout_s: float) -> None:
+        """Wait until every node answers on its control socket; a node that exits or never answers fails the
+        run with its log's tail."""
+        from gossipnode import control
+
+        self.progress.start("nodes ready", len(names))
+        pending = list(names)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            for name in list(pending):
+                proc = self.nodes[name]
+                if proc.poll() is not None:
+                    raise OrchestratorError(f"node {name} exited with status {proc.returncode} before the start: "
+                                            f"{_tail(self.run_dir / 'logs' / f'{name}.log')}")
+                try:
+                    control.request(self.configs[name]["control"], {"cmd": "state"}, timeout=2.0)
+                except control.ControlError:
+                    continue
+                pending.remove(name)
+                self.progress.advance("nodes ready")
+            if pending:
+                if time.monotonic() > deadline:
+                    raise OrchestratorError(f"{len(pending)} nodes did not come up within {timeout_s:.0f} s "
+                                            f"(e.g. {pending[0]}): the machine may be overloaded")
+                time.sleep(0.1)
+        self.log(f"{len(names)} nodes ready")
+
+    def start_protocol(self, names: list[str], at_unix: float) -> None:
+        """Tell the nodes to start the protocol at the same wall-clock time."""
+        from gossipnode import control
+
+        for name in names:
+            control.request(self.configs[name]["control"], {"cmd": "start", "at": at_unix})
 
     def signal_node(self, name: str, sig: int) -> None:
         p = self.nodes.get(name)
@@ -380,6 +424,7 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
     ctl_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
     for name, cfg in configs.items():
+        cfg["wait_for_start"] = name not in timeline.joiners     # joiners run the protocol as soon as they start
         (run_dir / "configs" / f"{name}.json").write_text(json.dumps(cfg, indent=1))
     manifest = {
         "run_id": run_id, "experiment_file": str(experiment_path), "spec": exp.model_dump(mode="json"),
@@ -419,8 +464,13 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
         first = [m.name for m in plan.members if m.name not in timeline.joiners]
         for name in first:
             runner.start_node(name)
-        t0 = runner.clock()
-        manifest.update(status="running", t0_unix=time.time())
+        # The first members wait for a common start (their configs say wait_for_start): on a busy machine
+        # 200 Python processes take tens of seconds to come up, and the protocol must not start staggered.
+        runner.await_ready(first, timeout_s=START_TIMEOUT_S + START_PER_NODE_S * len(first))
+        start_unix = time.time() + START_MARGIN_S
+        t0 = runner.clock() + START_MARGIN_S
+        runner.start_protocol(first, start_unix)
+        manifest.update(status="running", t0_unix=start_unix)
         write_manifest()
         runner.record({"event": "run_started", "members": first, "duration_s": exp.duration_s})
         runner.execute(t0, exp.duration_s)
