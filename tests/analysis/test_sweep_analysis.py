@@ -142,3 +142,13 @@ def test_the_fidelity_probe_burst_is_taken_out_of_the_queue_statistics():
     assert sa.queue_stats(dl, probe) == {"avg_queue": 1.0, "max_queue": 4, "overflowed": 0}
     dl["queues"]["a/down"]["max_queue"] = 50        # the protocol's own queue went beyond the burst
     assert sa.queue_stats(dl, probe)["max_queue"] == 50
+
+
+def test_round_0_is_the_papers_tpr_when_every_member_ran_at_the_start(tmp_path):
+    rel = make_run(tmp_path, "late", 3, 1.0, [20.0, 10.0])          # h3 started after round 0 began
+    assert sa.events_summary(tmp_path / rel)["tpr_first_round_s"] is None
+    d = tmp_path / make_run(tmp_path, "sync", 3, 1.0, [20.0, 10.0])
+    f = d / "events" / "h0.jsonl"
+    f.write_text(f.read_text().replace('"ts": 0.5, "node": "h3"', '"ts": -0.5, "node": "h3"'))
+    s = sa.events_summary(d)
+    assert s["tpr_first_round_s"] == 20.0 and s["tpr_values_s"] == [20.0, 10.0]
