@@ -1,6 +1,8 @@
 """Lab lifecycle: experiment file -> plan -> backend.up, and back to nothing. No UI code here (see cli.py)."""
 from __future__ import annotations
 
+import re
+import shutil
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -114,8 +116,15 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
     return state
 
 
+CTL_ROOT = "/tmp"
+
+
 def _teardown(backend: Backend, state: LabState, progress: Progress) -> None:
     backend.teardown(state, progress)
+    # The nodes' control-socket directories of runs on this lab (`orchestrator run`), left by a killed run.
+    for d in Path(CTL_ROOT).glob(f"orch-ctl-{state.lab}-*"):
+        if re.fullmatch(r"\d{8}T\d{6}Z", d.name[len(f"orch-ctl-{state.lab}-"):]):   # not lab "<name>-x"'s
+            shutil.rmtree(d, ignore_errors=True)
     state.remove()
 
 

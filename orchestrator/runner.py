@@ -413,7 +413,7 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
     timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
     run_id = f"{lab_name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     run_dir = (opts.out / run_id).resolve()
-    ctl_dir = Path(f"/tmp/orch-ctl-{run_id}")
+    ctl_dir = Path(labmod.CTL_ROOT) / f"orch-ctl-{run_id}"      # teardown of the lab removes it too
     configs = node_configs(exp, plan, run_dir, ctl_dir)
     if shutil.which("tcpdump") is None and exp.capture.interfaces != "none":
         raise OrchestratorError("tcpdump is not installed (run `make setup`)")
