@@ -262,6 +262,20 @@ def _plot_lines(ax, lines: dict[str, list[dict]], x: str, y: str, marker: str = 
         ax.legend(fontsize=7)
 
 
+def _pair_vs_step(lines: dict[str, list[dict]], left: tuple[str, str, str], right: tuple[str, str, str],
+                  path: Path) -> Path:
+    """Two panels side by side against the step interval; each (metric, y label, title)."""
+    from analysis import figures as base  # selects the Agg backend
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, (metric, ylabel, title) in zip(axes, (left, right)):
+        _plot_lines(ax, lines, "step_s", metric)
+        ax.set(xlabel="step interval (s)", ylabel=ylabel, title=title)
+        ax.set_ylim(bottom=0)
+    return base._save(fig, path)
+
+
 def figures(index: dict, agg: list[dict], figdir: Path) -> list[tuple[str, Path]]:
     from analysis import figures as base  # noqa: F401 - selects the Agg backend
     import matplotlib.pyplot as plt
@@ -270,24 +284,12 @@ def figures(index: dict, agg: list[dict], figdir: Path) -> list[tuple[str, Path]
     step_axis = axis_named(index, (".step", "step"))
     if len({r["step_s"] for r in agg if r["step_s"] is not None}) >= 2:
         lines = series(agg, "step_s", step_axis)
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-        _plot_lines(a1, lines, "step_s", "steps")
-        a1.set(xlabel="step interval (s)", ylabel="steps", title="(A) number of steps needed in a round")
-        _plot_lines(a2, lines, "step_s", "tpr_s")
-        a2.set(xlabel="step interval (s)", ylabel="seconds", title="(B) time per round (TPR)")
-        for a in (a1, a2):
-            a.set_ylim(bottom=0)
-        made.append(("Steps per round and TPR vs step interval (paper Figures 6 and 8)",
-                     base._save(fig, figdir / "tpr_steps_vs_step.png")))
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-        _plot_lines(a1, lines, "step_s", "avg_queue")
-        a1.set(xlabel="step interval (s)", ylabel="packets", title="(A) average queue size")
-        _plot_lines(a2, lines, "step_s", "max_queue")
-        a2.set(xlabel="step interval (s)", ylabel="packets", title="(B) maximum queue size")
-        for a in (a1, a2):
-            a.set_ylim(bottom=0)
-        made.append(("Average and maximum queue size vs step interval (paper Figures 5 and 7)",
-                     base._save(fig, figdir / "queues_vs_step.png")))
+        made.append(("Steps per round and TPR vs step interval (paper Figures 6 and 8)", _pair_vs_step(
+            lines, ("steps", "steps", "(A) number of steps needed in a round"),
+            ("tpr_s", "seconds", "(B) time per round (TPR)"), figdir / "tpr_steps_vs_step.png")))
+        made.append(("Average and maximum queue size vs step interval (paper Figures 5 and 7)", _pair_vs_step(
+            lines, ("avg_queue", "packets", "(A) average queue size"),
+            ("max_queue", "packets", "(B) maximum queue size"), figdir / "queues_vs_step.png")))
     if len({r["members"] for r in agg if r["members"] is not None}) >= 2:
         lines = series(agg, "members", axis_named(index, ("members.count", "count", "topology.nodes")))
         fig, ax = plt.subplots(figsize=(5.5, 3.8))

@@ -10,11 +10,12 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from orchestrator import lab as labmod
+from orchestrator.clikit import BarProgress, parse_sets as _parse_sets
 from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.fidelity import PING_IP_BYTES
 from orchestrator.graph import draw_png, to_dot
 from orchestrator.plan import build_plan
 from orchestrator.shaping.probe import check_shaper
@@ -29,43 +30,8 @@ out = Console()
 _debug = False
 
 
-class BarProgress:
-    """Draws the core's progress events as rich progress bars (on stderr, so --json stays clean)."""
-
-    def __init__(self, console: Console):
-        self.bar = RichBar(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), console=console, transient=False)
-        self.tasks: dict[str, int] = {}
-
-    def __enter__(self):
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.bar.__exit__(*exc)
-
-    def start(self, step: str, total: int) -> None:
-        self.tasks[step] = self.bar.add_task(step, total=total)
-
-    def advance(self, step: str, n: int = 1) -> None:
-        self.bar.advance(self.tasks[step], n)
-
-    def note(self, message: str) -> None:
-        self.bar.console.print(message, style="yellow" if message.startswith("WARNING") else None)
-
-
 SHAPER_HELP = ("auto|netem|delayline|tbf: auto takes netem when the kernel has it, else the userspace delay line "
                "(NFQUEUE), else tbf (rate, queue and loss only).")
-
-
-def _parse_sets(sets: list[str] | None) -> dict[str, str]:
-    variables = {}
-    for item in sets or []:
-        if "=" not in item:
-            raise SpecError(f"--set {item!r}: expected NAME=VALUE")
-        k, v = item.split("=", 1)
-        variables[k] = v
-    return variables
 
 
 BACKEND_HELP = ("mininet (default: namespaces on this machine), docker (containers from the node image) or hosts "
@@ -276,7 +242,8 @@ def probe(
         print(json.dumps(res, indent=1))
         return
     t = Table("src", "dst", "hops", "configured", "emulated", "measured", "error", "error %", "rcvd/sent",
-              title=f"RTT in ms: configured, what shaper {res['shaper']} emulates, measured median ({PING_NOTE})")
+              title=f"RTT in ms: configured, what shaper {res['shaper']} emulates, measured median "
+                    f"({PING_IP_BYTES}-byte IP pings)")
     for p in res["paths"]:
         med, e = p["median_rtt_ms"], p["error_ms"]
         pct = f"{100 * e / p['emulated_rtt_ms']:+.1f}" if e is not None and p["emulated_rtt_ms"] else "-"
@@ -299,9 +266,6 @@ def probe(
                   + ("" if r["emulated"] else " [shaper does not emulate rate]"))
     for param, hows in (res["parameters"] or {}).items():
         out.print(f"shaping of {param}: " + "; ".join(f"{how} ({n} link directions)" for how, n in hows.items()))
-
-
-PING_NOTE = "100-byte IP pings"
 
 
 @app.command()

@@ -8,21 +8,16 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
+from rich.progress import TextColumn
 from rich.table import Table
 
 from rich.console import Console
 
+from orchestrator.clikit import BarProgress, parse_sets
 from orchestrator.errors import OrchestratorError, SpecError
 
 err = Console(stderr=True)
 out = Console()
-
-
-def _parse_sets(sets: list[str] | None) -> dict[str, str]:
-    from orchestrator.cli import _parse_sets as parse
-
-    return parse(sets)
 
 
 def register(app: typer.Typer) -> None:
@@ -37,31 +32,19 @@ def _fmt_eta(s: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-class PointsProgress:
+class PointsProgress(BarProgress):
     """One bar over the points (with an ETA from the points run so far) and, below it, the current run's steps
     (replaced at every run instead of piling up)."""
 
     def __init__(self):
-        self.bar = RichBar(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), console=err, transient=False)
+        super().__init__(err, 34, TextColumn("{task.fields[eta]}"))
         self.points = None
-        self.tasks: dict[str, int] = {}
-
-    def __enter__(self):
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.bar.__exit__(*exc)
 
     # the runner's Progress
     def start(self, step: str, total: int) -> None:
         if step in self.tasks:
             self.bar.remove_task(self.tasks[step])
         self.tasks[step] = self.bar.add_task(f"  {step}", total=total, eta="")
-
-    def advance(self, step: str, n: int = 1) -> None:
-        self.bar.advance(self.tasks[step], n)
 
     def note(self, message: str) -> None:
         if message.startswith("WARNING") or "failed" in message:
@@ -113,7 +96,7 @@ def sweep(
                           master, engine=engine)
     t0 = time.monotonic()
     with PointsProgress() as progress:
-        root, data = run_sweep(experiment, opts, _parse_sets(set_), progress, progress.on_point)
+        root, data = run_sweep(experiment, opts, parse_sets(set_), progress, progress.on_point)
     sel = data.get("selected") or []
     statuses = [data["points"][p].get("status") for p in sel]
     failed = [p for p, s in zip(sel, statuses) if s != "completed"]
@@ -199,7 +182,7 @@ def tune(
         def on_eval(x, fx, values):
             progress.bar.console.print(f"f({x:g} s) = {fx:.2f} s  (runs: {', '.join(_f(v) for v in values)})")
         try:
-            root, res = run_tune(experiment, opts, measure, _parse_sets(set_), progress, on_eval)
+            root, res = run_tune(experiment, opts, measure, parse_sets(set_), progress, on_eval)
         finally:
             if "spark" in spark_holder:
                 spark_holder["spark"].stop()

@@ -150,9 +150,8 @@ def status(lab: str) -> dict:
     state = load_state(lab)
     plan = state.load_plan()
     backend = get_backend(state.backend)
-    stats = None
-    if state.shaper == "delayline" and not backend.health(state):
-        stats = backend.shaper_stats(state)
+    health = backend.health(state)
+    stats = backend.shaper_stats(state) if state.shaper == "delayline" and not health else None
     per_dir = (stats or {}).get("queues", {})
     links = []
     for lk in plan.links:
@@ -173,7 +172,7 @@ def status(lab: str) -> dict:
     return {
         "lab": state.lab, "backend": state.backend, "status": state.status, "shaper": state.shaper,
         "experiment": state.experiment, "plan_digest": state.plan_digest, "created_at": state.created_at,
-        "capabilities": state.capabilities, "warnings": state.warnings, "health": backend.health(state),
+        "capabilities": state.capabilities, "warnings": state.warnings, "health": health,
         "nodes": [{"name": n.name, "role": n.role, "address": n.address, "parent": n.parent} for n in plan.nodes],
         "links": links,
         "parameters": shaping_parameters(plan, state.shaper) if state.shaper else None,

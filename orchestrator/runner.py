@@ -11,14 +11,12 @@ The pure part (`node_configs`) turns an experiment and a plan into the nodes' co
 from __future__ import annotations
 
 import json
-import os
 import platform
 import random
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone

@@ -100,40 +100,34 @@ def window(f: Callable[[float], float], s: float, fs: float, e: float, p: float,
     def inside(x: float, phase: str) -> bool:
         return abs(fm(x, phase) - fs) < band
 
-    # lower bound
-    s1, k, lo_clamp = s, 1, False
-    while True:
-        x = s1 - k * p
-        if x < lower:
-            lo_clamp = True
-            break
-        it += 1
-        if not inside(x, "part2-lower"):
-            break
-        s1, k = x, 2 * k
-    k //= 2
-    while k >= 1 and s1 - k * p >= lower:
-        it += 1
-        if not inside(s1 - k * p, "part2-lower"):
-            break
-        s1, k = s1 - k * p, k // 2
-    # upper bound
-    s2, k, hi_clamp = s, 1, False
-    while True:
-        x = s2 + k * p
-        if x > upper:
-            hi_clamp = True
-            break
-        it += 1
-        if not inside(x, "part2-upper"):
-            break
-        s2, k = x, 2 * k
-    k //= 2
-    while k >= 1 and s2 + k * p <= upper:
-        it += 1
-        if not inside(s2 + k * p, "part2-upper"):
-            break
-        s2, k = s2 + k * p, k // 2
+    def edge(sign: int, bound: float, phase: str) -> tuple[float, bool]:
+        """Walk from s in direction `sign` by doubling steps of p while f stays inside the band, then halve the
+        steps back down; returns (the edge, whether `bound` stopped the walk)."""
+        nonlocal it
+
+        def beyond(x: float) -> bool:
+            return x < bound if sign < 0 else x > bound
+
+        x0, k, clamped = s, 1, False
+        while True:
+            x = x0 + sign * k * p
+            if beyond(x):
+                clamped = True
+                break
+            it += 1
+            if not inside(x, phase):
+                break
+            x0, k = x, 2 * k
+        k //= 2
+        while k >= 1 and not beyond(x0 + sign * k * p):
+            it += 1
+            if not inside(x0 + sign * k * p, phase):
+                break
+            x0, k = x0 + sign * k * p, k // 2
+        return x0, clamped
+
+    s1, lo_clamp = edge(-1, lower, "part2-lower")
+    s2, hi_clamp = edge(+1, upper, "part2-upper")
     return fm.r(s1), fm.r(s2), it, lo_clamp, hi_clamp
 
 

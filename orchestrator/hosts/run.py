@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path

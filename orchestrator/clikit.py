@@ -1,0 +1,42 @@
+"""Pieces the command modules share: the progress display and `--set` parsing."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
+
+from orchestrator.errors import SpecError
+
+
+class BarProgress:
+    """Draws the core's progress events as rich progress bars (on stderr, so --json stays clean)."""
+
+    def __init__(self, console: Console, label_width: int = 28, *extra_columns):
+        self.bar = RichBar(TextColumn(f"{{task.description:<{label_width}}}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), *extra_columns, console=console, transient=False)
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def start(self, step: str, total: int) -> None:
+        self.tasks[step] = self.bar.add_task(step, total=total)
+
+    def advance(self, step: str, n: int = 1) -> None:
+        self.bar.advance(self.tasks[step], n)
+
+    def note(self, message: str) -> None:
+        self.bar.console.print(message, style="yellow" if message.startswith("WARNING") else None)
+
+
+def parse_sets(sets: list[str] | None) -> dict[str, str]:
+    variables = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise SpecError(f"--set {item!r}: expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        variables[k] = v
+    return variables
