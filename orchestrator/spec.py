@@ -268,12 +268,15 @@ def parse_experiment(text: str, path: str = "<string>", variables: dict[str, Any
         raise SpecError("\n".join(dict.fromkeys(lines))) from None
 
 
-def load_experiment(path: str | Path, variables: dict[str, Any] | None = None) -> Experiment:
-    p = Path(path)
+def read_input(path: str | Path, what: str) -> str:
+    """The text of an input file; a missing or unreadable one is a SpecError naming it (`what`: "experiment")."""
     try:
-        text = p.read_text()
+        return Path(path).read_text()
     except FileNotFoundError:
-        raise SpecError(f"{path}: no such experiment file") from None
+        raise SpecError(f"{path}: no such {what} file") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_experiment(text, str(path), variables)
+
+
+def load_experiment(path: str | Path, variables: dict[str, Any] | None = None) -> Experiment:
+    return parse_experiment(read_input(path, "experiment"), str(path), variables)

@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
+from orchestrator.spec import read_input
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 DNS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -210,13 +211,7 @@ def parse_hosts(text: str, source: str = "<hosts>", base: Path | None = None) ->
 
 def load_hosts(path: str | Path) -> list[Host]:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such hosts file") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_hosts(text, str(path), path.resolve().parent)
+    return parse_hosts(read_input(path, "hosts"), str(path), path.resolve().parent)
 
 
 def assign_members(hosts: list[Host], members: list[str]) -> list[Host]:
