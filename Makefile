@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 APT_PKGS := mininet iproute2 iptables nftables ethtool iputils-ping tcpdump tshark iperf3 procps psmisc kmod \
             docker.io debootstrap
 PYTEST_ARGS ?=
-NETEM_VM := ../shared/tools/run-in-netem-vm.sh
+# The netem VM tool lives beside the repository (../shared); a clone elsewhere finds it at /work/shared or via
+# `make test-netem NETEM_VM=/path/to/run-in-netem-vm.sh`.
+NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shared/tools/run-in-netem-vm.sh))
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
@@ -51,6 +53,7 @@ test-unit: venv
 
 # The netem rendering can only be proven on a kernel that has sch_netem: boot one in a throwaway VM.
 test-netem: setup
+	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
 	$(NETEM_VM) --setup
 	$(NETEM_VM) --timeout 300 -- $(PY) -m pytest -p no:cacheprovider -m netem -x -q tests/integration/test_netem.py
 
