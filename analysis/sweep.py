@@ -101,6 +101,20 @@ def run_tpr(summary: dict) -> tuple[float | None, float | None, int]:
     return statistics.fmean(tprs), (statistics.fmean(s for s in steps if s is not None) if steps else None), len(tprs)
 
 
+METRICS = ("rounds", "round0")
+
+
+def tune_value(summary: dict, metric: str) -> float | None:
+    """The TPR `orchestrator tune` averages into f(x) for one run: "rounds" = `run_tpr`'s mean over the run's
+    rounds; "round0" = the paper's TPR, from the members' common start to the first S (`tpr_first_round_s`,
+    None when round 0 did not complete or started before every member ran)."""
+    if metric == "round0":
+        return summary.get("tpr_first_round_s")
+    if metric == "rounds":
+        return run_tpr(summary)[0]
+    raise ValueError(f"metric {metric!r}: one of {', '.join(METRICS)}")
+
+
 def point_rows(index: dict, summaries: dict[str, dict], queues: dict[str, dict]) -> list[dict]:
     """One row per selected point of sweep.json with its run's numbers (None where the run is missing)."""
     rows = []
@@ -242,6 +256,8 @@ def events_summary(run_dir: Path) -> dict:
             "members": len(configs) or None, "subgroup": gsgc.get("subgroup"), "step_s": gsgc.get("step_s"),
             "local_groups": len(gsgc.get("local_groups") or []) or None,
             "members_started": len(first_start), "all_started_ts": all_started,
+            # the members waited for the runner's common start of the protocol (runs since commit 8ab3d07)
+            "common_start": bool(configs) and all(c.get("wait_for_start") for c in configs),
             "start_spread_s": (all_started - min(first_start.values())) if all_started else None,
             "steady": True, "tpr_rounds": len(tprs), "tpr_mean_s": statistics.fmean(tprs) if tprs else None,
             "tpr_values_s": tprs, "steps_values": steps,

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from orchestrator.clikit import BarProgress, parse_sets
 from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.units import parse_time
 
 err = Console(stderr=True)
 out = Console()
@@ -133,6 +134,12 @@ def tune(
     reps: int = typer.Option(1, "--reps", help="Runs averaged into each f(x) (distinct seeds)."),
     steps_per_run: Optional[float] = typer.Option(None, "--steps-per-run",
                                                   help="Run duration = max(the experiment's, this many steps)."),
+    duration: Optional[str] = typer.Option(None, "--duration",
+                                           help="Replaces the experiment's duration (e.g. 60s; --steps-per-run "
+                                                "may lengthen it)."),
+    metric: str = typer.Option("rounds", help="f(x) of a run: rounds (mean TPR over its rounds that started "
+                                              "once every member ran) or round0 (the paper's TPR: from the "
+                                              "members' common start to the first S; one round per run)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Tune directory (default runs/tune/<name>)."),
     backend: str = typer.Option("mininet"),
     shaper: str = typer.Option("auto"),
@@ -147,11 +154,21 @@ def tune(
     interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
     from orchestrator.sweeprun import TuneOptions, run_tune
 
+    from analysis.sweep import METRICS
+
     if reps < 1:
         raise SpecError("--reps must be at least 1")
+    if metric not in METRICS:
+        raise SpecError(f"--metric {metric!r}: one of {', '.join(METRICS)}")
+    try:
+        dur_s = parse_time(duration) if duration is not None else None
+    except ValueError as exc:
+        raise SpecError(f"--duration: {exc}") from None
+    if dur_s is not None and dur_s <= 0:
+        raise SpecError(f"--duration {duration!r}: must be positive")
     opts = _sweep_options(TuneOptions, out_dir, None, None, None, backend, shaper, strict_shaping, True, master,
                           param=param, a0=a0, b0=b0, g=g, e=e, p=p, resolution=resolution, upper=upper,
-                          steps_per_run=steps_per_run, reps=reps)
+                          steps_per_run=steps_per_run, reps=reps, duration=dur_s, metric=metric)
     spark_holder: dict = {}
 
     if engine not in ("spark", "events"):
@@ -160,22 +177,28 @@ def tune(
     def measure(root: Path, entries: list[dict]) -> list[float | None]:
         from analysis.cli import run_analysis
         from analysis.session import get_spark
-        from analysis.sweep import events_summary, run_tpr
+        from analysis.sweep import events_summary, tune_value
 
+        done = [root / e_["run_dir"] if e_.get("status") == "completed" and e_.get("run_dir") else None
+                for e_ in entries]
         if engine == "events":
-            return [run_tpr(events_summary(root / e_["run_dir"]))[0]
-                    if e_.get("status") == "completed" and e_.get("run_dir") else None for e_ in entries]
+            return [tune_value(events_summary(d), metric) if d else None for d in done]
         if "spark" not in spark_holder:
             spark_holder["spark"] = get_spark(master)
-        dirs = [root / e["run_dir"] for e in entries if e.get("status") == "completed" and e.get("run_dir")]
-        todo = [d for d in dirs if not (d / "analysis" / "metrics" / "summary.json").exists()]
+        todo = [d for d in done if d and not (d / "analysis" / "metrics" / "summary.json").exists()]
         if todo:
             run_analysis(todo, master, root / "analysis" / "comparison")
         values = []
-        for e_ in entries:
-            f = root / (e_.get("run_dir") or "-") / "analysis" / "metrics" / "summary.json"
-            values.append(run_tpr(json.loads(f.read_text()))[0] if e_.get("status") == "completed" and f.exists()
-                          else None)
+        for d in done:
+            f = d / "analysis" / "metrics" / "summary.json" if d else None
+            if f is None or not f.exists():
+                values.append(None)
+                continue
+            # the same rounds as the events engine (those that started once every member ran), as the sweep does
+            light = events_summary(d)
+            values.append(tune_value({**json.loads(f.read_text()),
+                                      **{k: light[k] for k in ("steady", "tpr_values_s", "steps_values",
+                                                               "tpr_first_round_s")}}, metric))
         return values
 
     with PointsProgress() as progress:

@@ -124,9 +124,11 @@ def _manifest_status(run_dir: Path) -> str | None:
 
 def run_problem(run_dir: Path) -> str | None:
     """Why a completed run does not measure what it should, or None: a member that never logged `node_started`,
-    or no round completed that started after every member was running (on a busy machine 200 Python processes
-    take minutes to start, and the runner's clock starts when they are spawned; the analysis uses only the rounds
-    that started once all were running, see analysis.sweep)."""
+    or, in a run whose members did not wait for a common start (runs made before the runner started them together,
+    where 200 Python processes took minutes to come up), no round completed that started after every member was
+    running (the analysis uses only those rounds, see analysis.sweep). Members that started the protocol together
+    (their configs say wait_for_start) and completed no round within the run are a measurement (the TPR exceeds
+    the run), not a problem."""
     from analysis.sweep import events_summary
 
     try:
@@ -137,7 +139,7 @@ def run_problem(run_dir: Path) -> str | None:
         return "no node configs"
     if s["members_started"] < s["members"]:
         return f"{s['members'] - s['members_started']} of {s['members']} members never started"
-    if not s["tpr_values_s"]:
+    if not s["tpr_values_s"] and not s["common_start"]:
         return (f"no round completed after every member was running (the last started "
                 f"{s['start_spread_s']:.1f} s after the first)")
     return None
@@ -303,6 +305,8 @@ class TuneOptions(SweepOptions):
     upper: float | None = None
     steps_per_run: float | None = None     # duration = max(base duration, steps_per_run * x)
     reps: int = 1
+    duration: float | None = None          # replaces the experiment's duration (s) before steps_per_run
+    metric: str = "rounds"                 # f(x): "rounds" (mean over a run's rounds) or "round0" (the paper's)
 
 
 def _fmt_x(x: float) -> str:
@@ -313,8 +317,10 @@ def tune_points(base: dict, opts: TuneOptions, x: float) -> list[sw.Point]:
     """The runs measuring f(x): `reps` repetitions with the parameter set to x seconds (and the duration)."""
     spec = sw.parse_sweep({"axes": {opts.param: [f"{_fmt_x(x)}s"]}, "repetitions": opts.reps})
     pts = sw.expand(spec, base)
-    if opts.steps_per_run:
-        dur = max(parse_time(base.get("duration", "60s")), opts.steps_per_run * x)
+    if opts.steps_per_run or opts.duration:
+        dur = opts.duration or parse_time(base.get("duration", "60s"))
+        if opts.steps_per_run:
+            dur = max(dur, opts.steps_per_run * x)
         pts = [sw.Point(p.id, p.coords, p.rep, p.sets + (("duration", f"{math.ceil(dur)}s"),)) for p in pts]
     return pts
 
@@ -329,7 +335,7 @@ def run_tune(path: str | Path, opts: TuneOptions, measure: Callable[[Path, list[
     root = (opts.out or default_dir(base, path, "tune")).resolve()
     header = {"kind": "tune", "experiment_file": str(path), "variables": variables or {}, "param": opts.param,
               "inputs": {k: getattr(opts, k) for k in ("a0", "b0", "g", "e", "p", "resolution", "upper",
-                                                        "steps_per_run", "reps")}}
+                                                        "steps_per_run", "reps", "duration", "metric")}}
     evaluations: list[dict] = []
 
     def f(x: float) -> float:

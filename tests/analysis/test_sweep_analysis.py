@@ -152,3 +152,12 @@ def test_round_0_is_the_papers_tpr_when_every_member_ran_at_the_start(tmp_path):
     f.write_text(f.read_text().replace('"ts": 0.5, "node": "h3"', '"ts": -0.5, "node": "h3"'))
     s = sa.events_summary(d)
     assert s["tpr_first_round_s"] == 20.0 and s["tpr_values_s"] == [20.0, 10.0]
+
+
+def test_tune_value_picks_the_metric():
+    s = {"steady": True, "tpr_values_s": [20.0, 10.0], "steps_values": [4, 2], "tpr_first_round_s": 20.0}
+    assert sa.tune_value(s, "rounds") == 15.0
+    assert sa.tune_value(s, "round0") == 20.0
+    assert sa.tune_value({**s, "tpr_first_round_s": None}, "round0") is None
+    with pytest.raises(ValueError, match="metric 'x'"):
+        sa.tune_value(s, "x")

@@ -64,3 +64,19 @@ def test_graph_writes_dot_and_png(tmp_path):
     assert dot.startswith(("graph", "strict graph")) and dot.count("--") == 39      # 40 nodes: a tree has 39 edges
     png = prefix.with_suffix(".png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--metric", "median"], ["--metric 'median'", "rounds, round0"]),
+    (["--duration", "soon"], ["--duration:", "'soon'"]),
+    (["--duration", "0s"], ["--duration '0s'", "positive"]),
+    (["--reps", "0"], ["--reps must be at least 1"]),
+])
+def test_bad_tune_options_are_exit_2_before_any_run(tmp_path, args, words):
+    f = tmp_path / "ok.yaml"
+    f.write_text("name: lab1\n" + GOOD_TOPOLOGY)
+    r = cli("tune", str(f), "--out", str(tmp_path / "tn"), *args, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert not (tmp_path / "tn").exists()

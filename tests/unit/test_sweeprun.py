@@ -143,15 +143,16 @@ def test_tune_runs_the_search_on_measured_points(exp_file, tmp_path, monkeypatch
     assert len(saved["evaluations"]) == len(res.evaluations)
 
 
-def _run_dir(tmp_path: Path, starts: dict[str, float | None], rounds: list[tuple[float, float]] = ((110, 115),)
-             ) -> Path:
+def _run_dir(tmp_path: Path, starts: dict[str, float | None], rounds: list[tuple[float, float]] = ((110, 115),),
+             common_start: bool = False) -> Path:
     """A run directory: members started at `starts` (None: never), global rounds (started, constructed)."""
     d = tmp_path / "run"
     (d / "configs").mkdir(parents=True)
     (d / "events").mkdir()
     (d / "manifest.json").write_text(json.dumps({"status": "completed", "t0_unix": 100.0}))
     for i, (name, ts) in enumerate(starts.items()):
-        (d / "configs" / f"{name}.json").write_text(json.dumps({"name": name, "id": i, "gsgc": {"subgroup": 1}}))
+        (d / "configs" / f"{name}.json").write_text(json.dumps({"name": name, "id": i, "gsgc": {"subgroup": 1},
+                                                                          "wait_for_start": common_start}))
         lines = []
         if ts is not None:
             lines.append({"ts": ts, "node": name, "event": "node_started"})
@@ -169,6 +170,10 @@ def test_runs_whose_members_did_not_run_are_invalid(tmp_path):
     assert "1 of 2 members never started" in sr.run_problem(_run_dir(tmp_path / "b", {"h0": 99.0, "h1": None}))
     late = sr.run_problem(_run_dir(tmp_path / "c", {"h0": 99.0, "h1": 117.0}))
     assert "no round completed after every member was running (the last started 18.0 s after" in late
+    # the members waited for the runner's common start and no round completed within the run: a measurement
+    # (the TPR exceeds the run), not a problem; the same without a common start is
+    assert sr.run_problem(_run_dir(tmp_path / "d", {"h0": 99.0, "h1": 117.0}, rounds=(), common_start=True)) is None
+    assert "no round completed" in sr.run_problem(_run_dir(tmp_path / "e", {"h0": 99.0, "h1": 117.0}, rounds=()))
 
 
 def test_an_invalid_run_is_run_again(exp_file, tmp_path, monkeypatch):
@@ -185,3 +190,12 @@ def test_an_invalid_run_is_run_again(exp_file, tmp_path, monkeypatch):
     _, data = sr.run_sweep(exp_file, sr.SweepOptions(out=tmp_path / "sw", only=["subgroup=1", "step=1s", "rep=0"]))
     e = data["points"]["subgroup-1_step-1s_r0"]
     assert len(calls) == 2 and e["status"] == "completed" and e["attempt"] == 1 and "a2" in e["run_dir"]
+
+
+def test_tune_duration_replaces_the_experiments_before_steps_per_run():
+    base = {"duration": "360s", "seed": 1, "protocol": {"gsgc": {"step": "9s"}}}
+    assert dict(sr.tune_points(base, sr.TuneOptions(duration=60), 2.0)[0].sets)["duration"] == "60s"
+    opts = sr.TuneOptions(duration=60, steps_per_run=8)
+    assert dict(sr.tune_points(base, opts, 5.0)[0].sets)["duration"] == "60s"
+    assert dict(sr.tune_points(base, opts, 12.5)[0].sets)["duration"] == "100s"
+    assert "duration" not in dict(sr.tune_points(base, sr.TuneOptions(), 2.0)[0].sets)
