@@ -127,6 +127,19 @@ def test_group_size_figure_when_members_vary(tmp_path):
     assert sorted(lines) == ["scheme=global", "scheme=local"]
     made = sa.figures({"axes": [{"name": "n", "key": "n"}]}, agg, tmp_path)
     assert [p.name for _, p in made] == ["tpr_vs_group_size.png"]
+    # as the sweep analysis calls it: the named axis `n` is not found by name, a one-valued axis is in every row;
+    # neither may split the lines (one line per scheme, its points over n)
+    agg = [{**r, "c.duration": "120s"} for r in agg]
+    lines = sa.series(agg, "members", None)
+    assert sorted(lines) == ["scheme=global", "scheme=local"]
+    assert [r["members"] for r in lines["scheme=local"]] == [50, 100]
+
+
+def test_step_figure_lines_are_per_subgroup():
+    agg = [{"c.subgroup": str(b), "c.step": st, "step_s": v, "tpr_s_mean": 1.0}
+           for b in (1, 3) for st, v in (("500ms", 0.5), ("2s", 2.0))]
+    lines = sa.series(agg, "step_s", None)
+    assert sorted(lines) == ["subgroup=1", "subgroup=3"] and [r["step_s"] for r in lines["subgroup=3"]] == [0.5, 2.0]
 
 
 def test_not_a_sweep_directory(tmp_path):
