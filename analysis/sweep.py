@@ -32,6 +32,7 @@ from typing import Any
 
 from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
 from analysis.run import write_csv
+from orchestrator.units import parse_time
 
 # two-sided 95 % Student t quantiles, df = 1..30 (above: 1.96)
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -157,14 +158,11 @@ def aggregate(rows: list[dict]) -> list[dict]:
 
 def _as_number(v: Any) -> float | None:
     """A coordinate's value as a number: 100, '100', '2s' or '500ms' (seconds); None when it is a label."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
     try:
         return float(v)
     except (TypeError, ValueError):
         pass
     try:
-        from orchestrator.units import parse_time
         return parse_time(str(v))
     except ValueError:
         return None
@@ -285,7 +283,7 @@ def events_summary(run_dir: Path) -> dict:
             "steady": True, "tpr_rounds": len(tprs), "tpr_mean_s": statistics.fmean(tprs) if tprs else None,
             "tpr_values_s": tprs, "steps_values": steps,
             "tpr_first_round_s": first["tpr_s"] if first else None,
-            "tpr_all_values_s": all_tprs, "steps_all_values": all_steps, "queue_drops": q["overflowed"],
+            "tpr_all_values_s": all_tprs, "steps_all_values": all_steps, "queue_drops": q["overflowed"], "queue": q,
             "rounds": {lvl: sum(1 for r in done if r["level"] == lvl) for lvl in ("global", "local", "sc")}}
 
 
@@ -348,37 +346,46 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def collect(root: Path, index: dict, master: str = "local[*]",
-            engine: str = "spark") -> tuple[dict[str, dict], dict[str, dict]]:
-    """Summaries and queue statistics of the finished runs. engine "spark": analysis.run's summaries, analysing
-    (Spark, one session) the runs not yet analysed, with the per-run reports and a comparison report; "events":
-    `events_summary` (TPR and steps from the event logs, no Spark: seconds instead of minutes per sweep)."""
-    selected = set(index.get("selected") or index.get("points", {}))
-    finished = [e["run_dir"] for e in index.get("points", {}).values()
-                if e.get("run_dir") and e.get("status") == "completed" and e.get("id") in selected]
+# what analysis.run's summary takes from `events_summary`: the rounds that started once every member was running
+LIGHT_KEYS = ("steady", "tpr_values_s", "steps_values", "tpr_first_round_s")
+
+
+def run_summaries(root: Path, run_dirs: list[str], master: str = "local[*]",
+                  engine: str = "spark") -> tuple[dict[str, dict], dict[str, dict]]:
+    """Summaries and queue statistics of finished runs (`run_dirs` relative to `root`). engine "spark":
+    analysis.run's summaries (with `LIGHT_KEYS` from `events_summary`), analysing (Spark, one session) the runs
+    not yet analysed, with the per-run reports and a comparison report; "events": `events_summary` (TPR and steps
+    from the event logs, no Spark: seconds instead of minutes per sweep). A run whose Spark analysis failed has
+    no summary."""
+    if engine == "spark":
+        todo = [root / rd for rd in run_dirs if not (root / rd / "analysis" / "metrics" / "summary.json").exists()]
+        if todo:
+            from analysis.cli import run_analysis
+            run_analysis(todo, master, root / "analysis" / "comparison")
     summaries, queues = {}, {}
-    if engine == "events":
-        for rd in finished:
-            summaries[rd] = events_summary(root / rd)
-            queues[rd] = run_queue_stats(root / rd)
-        return summaries, queues
-    todo = [root / rd for rd in finished if not (root / rd / "analysis" / "metrics" / "summary.json").exists()]
-    if todo:
-        from analysis.cli import run_analysis
-        run_analysis(todo, master, root / "analysis" / "comparison")
-    for rd in finished:
+    for rd in run_dirs:
+        light = events_summary(root / rd)
+        queues[rd] = light["queue"]
+        if engine == "events":
+            summaries[rd] = light
+            continue
         s = _read_json(root / rd / "analysis" / "metrics" / "summary.json")
         if s is not None:
-            # the same rounds as the events engine: those that started once every member was running
-            light = events_summary(root / rd)
-            summaries[rd] = {**s, **{k: light[k] for k in ("steady", "tpr_values_s", "steps_values",
-                                                            "tpr_first_round_s")}}
-        queues[rd] = run_queue_stats(root / rd)
+            summaries[rd] = {**s, **{k: light[k] for k in LIGHT_KEYS}}
     return summaries, queues
 
 
+def collect(root: Path, index: dict, master: str = "local[*]",
+            engine: str = "spark") -> tuple[dict[str, dict], dict[str, dict]]:
+    """`run_summaries` of the selected points' finished runs."""
+    selected = set(index.get("selected") or index.get("points", {}))
+    finished = [e["run_dir"] for e in index.get("points", {}).values()
+                if e.get("run_dir") and e.get("status") == "completed" and e.get("id") in selected]
+    return run_summaries(root, finished, master, engine)
+
+
 def analyze_sweep(root: Path, master: str = "local[*]", engine: str = "spark") -> Path:
-    """Analyse a sweep directory (engine: "spark" or "events", see `collect`); returns analysis/sweep.md."""
+    """Analyse a sweep directory (engine: "spark" or "events", see `run_summaries`); returns analysis/sweep.md."""
     root = Path(root)
     index = _read_json(root / "sweep.json")
     if not isinstance(index, dict) or "points" not in index:

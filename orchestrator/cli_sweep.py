@@ -175,31 +175,14 @@ def tune(
         raise SpecError(f"--engine {engine!r}: spark or events")
 
     def measure(root: Path, entries: list[dict]) -> list[float | None]:
-        from analysis.cli import run_analysis
         from analysis.session import get_spark
-        from analysis.sweep import events_summary, tune_value
+        from analysis.sweep import run_summaries, tune_value
 
-        done = [root / e_["run_dir"] if e_.get("status") == "completed" and e_.get("run_dir") else None
-                for e_ in entries]
-        if engine == "events":
-            return [tune_value(events_summary(d), metric) if d else None for d in done]
-        if "spark" not in spark_holder:
-            spark_holder["spark"] = get_spark(master)
-        todo = [d for d in done if d and not (d / "analysis" / "metrics" / "summary.json").exists()]
-        if todo:
-            run_analysis(todo, master, root / "analysis" / "comparison")
-        values = []
-        for d in done:
-            f = d / "analysis" / "metrics" / "summary.json" if d else None
-            if f is None or not f.exists():
-                values.append(None)
-                continue
-            # the same rounds as the events engine (those that started once every member ran), as the sweep does
-            light = events_summary(d)
-            values.append(tune_value({**json.loads(f.read_text()),
-                                      **{k: light[k] for k in ("steady", "tpr_values_s", "steps_values",
-                                                               "tpr_first_round_s")}}, metric))
-        return values
+        if engine == "spark" and "spark" not in spark_holder:
+            spark_holder["spark"] = get_spark(master)     # one session for every evaluation (run_analysis uses it)
+        rds = [e_["run_dir"] if e_.get("status") == "completed" and e_.get("run_dir") else None for e_ in entries]
+        summaries, _ = run_summaries(root, [rd for rd in rds if rd], master, engine)
+        return [tune_value(summaries[rd], metric) if rd in summaries else None for rd in rds]
 
     with PointsProgress() as progress:
         def on_eval(x, fx, values):
