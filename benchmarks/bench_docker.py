@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator import lab as labmod  # noqa: E402
 from orchestrator.backends.base import get_backend  # noqa: E402
-from orchestrator.runner import node_configs  # noqa: E402
+from orchestrator.nodeconfig import node_configs  # noqa: E402
 
 
 def mem_kb(pid: int) -> tuple[int, int]:

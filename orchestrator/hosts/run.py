@@ -57,7 +57,8 @@ def _tcpdump_counts(text: str) -> tuple[int | None, int | None]:
 
 def run_hosts(experiment_path: str | Path, opts, progress: Progress | None = None,
               variables: dict | None = None) -> Path:
-    from orchestrator.runner import _versions, node_configs
+    from orchestrator.nodeconfig import node_configs
+    from orchestrator.runner import _versions
 
     progress = progress or NullProgress()
     bo = dict(getattr(opts, "backend_options", None) or {})

@@ -166,7 +166,7 @@ def test_tc_ops_netem_and_nothing_to_shape():
 
 
 def test_node_config_uses_host_addresses_and_paths(tmp_path, key):
-    from orchestrator.runner import node_configs
+    from orchestrator.nodeconfig import node_configs
 
     exp, plan, hosts = hosts_and_plan(tmp_path, key)
     base = node_configs(exp, plan, tmp_path / "run", tmp_path / "ctl")

@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.errors import SpecError
 from orchestrator.plan import build_plan
-from orchestrator.runner import local_groups, node_configs
+from orchestrator.nodeconfig import local_groups, node_configs
 from orchestrator.spec import parse_experiment
 
 EXP = """
