@@ -22,6 +22,18 @@ class RunDirError(AnalysisError):
     """The directory cannot be analysed at all (not a run directory, manifest or plan missing or corrupt)."""
 
 
+
+def protocol_of(cfg: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """(protocol name, its parameters) from a node config: `protocol: {name, ...}` (this version), or the first
+    wave's `protocol: "gsgc"` beside a `gsgc: {...}` section (older run directories)."""
+    proto = cfg.get("protocol")
+    if isinstance(proto, dict):
+        return proto.get("name"), {k: v for k, v in proto.items() if k != "name"}
+    if isinstance(cfg.get("gsgc"), dict):
+        return "gsgc", dict(cfg["gsgc"])
+    return (proto if isinstance(proto, str) else None), {}
+
+
 @dataclass(frozen=True)
 class Member:
     id: int
@@ -45,6 +57,7 @@ class RunDir:
     tc: dict[str, list[dict]]                # node → `tc -s -j qdisc show`
     delayline: dict | None
     fidelity: dict | None
+    protocol: str | None = None              # the protocol's name (gsgc, direct, ...)
     warnings: list[str] = field(default_factory=list)
     clock_offsets: dict[str, float] = field(default_factory=dict)   # node → host clock - controller clock
 
@@ -108,7 +121,7 @@ def load(path: Path) -> RunDir:
     if configs:
         cfg = next(iter(configs.values()))
         senders = list(cfg.get("senders") or [])
-        gsgc = dict(cfg.get("gsgc") or {})
+        protocol_name, gsgc = protocol_of(cfg)
         groups = {i: g for g, grp in enumerate(gsgc.get("local_groups") or []) for i in grp.get("members", [])}
         members = [Member(m["id"], m["name"], m["addr"].rsplit(":", 1)[0],
                           senders.index(m["id"]) if m["id"] in senders else None, groups.get(m["id"]))
@@ -116,7 +129,7 @@ def load(path: Path) -> RunDir:
     else:
         # The runner numbers the plan's members in order; senders are unknown without a config.
         warnings.append("configs/: no readable node config; member ids follow the plan's order, senders unknown")
-        gsgc = {}
+        protocol_name, gsgc = None, {}
         members = [Member(i, m, nodes[m].get("address"), None, None) for i, m in enumerate(member_names)]
 
     t0 = manifest.get("t0_unix")
@@ -173,7 +186,7 @@ def load(path: Path) -> RunDir:
         if (path / "tc" / "delayline.json").exists() else None
     fidelity = _json(path / "fidelity.json", warnings, "fidelity.json")
 
-    return RunDir(path=path, manifest=manifest, plan=plan, members=members, gsgc=gsgc, t0=float(t0 or 0.0),
+    return RunDir(path=path, manifest=manifest, plan=plan, members=members, gsgc=gsgc, protocol=protocol_name, t0=float(t0 or 0.0),
                   end=float(end) if end is not None else None, captures=captures, event_logs=event_logs,
                   tc=tc, delayline=delayline, fidelity=fidelity, warnings=warnings,
                   clock_offsets={str(k): float(v) for k, v in (manifest.get("clock_offsets_s") or {}).items()})

@@ -32,6 +32,7 @@ from typing import Any
 
 from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
 from analysis.run import write_csv
+from analysis.rundir import protocol_of
 from orchestrator.units import parse_time
 
 # two-sided 95 % Student t quantiles, df = 1..30 (above: 1.96)
@@ -233,9 +234,9 @@ def events_summary(run_dir: Path) -> dict:
     manifest = _read_json(run_dir / "manifest.json") or {}
     configs = [c for c in (_read_json(f) for f in sorted((run_dir / "configs").glob("*.json"))) if c]
     group_of: dict[str, int | None] = {}
-    gsgc = configs[0].get("gsgc", {}) if configs else {}
+    gsgc = protocol_of(configs[0])[1] if configs else {}
     for c in configs:
-        groups = (c.get("gsgc") or {}).get("local_groups") or []
+        groups = protocol_of(c)[1].get("local_groups") or []
         group_of[c["name"]] = next((i for i, g in enumerate(groups) if c["id"] in g["members"]), None)
     events = []
     for f in sorted((run_dir / "events").glob("*.jsonl")):

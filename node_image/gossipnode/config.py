@@ -1,16 +1,25 @@
-"""The node's configuration file (JSON), one per member, written by the orchestrator."""
+"""The node's configuration file (JSON), one per member, written by the orchestrator.
+
+What every protocol shares sits at the top level (identity, members, senders and workload, transports, seed, log,
+control); the protocol's own parameters are the `protocol` section, a union discriminated by `protocol.name`
+and validated by that protocol's model (`gossipnode.protocols.registry`).
+"""
 from __future__ import annotations
 
 import ipaddress
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .wire import HEADER_SIZE
+from .model import Strict
+from .protocols.direct.params import DirectParams
+from .protocols.gsgc.params import GsgcParams
 
-MIN_DATA_SIZE = HEADER_SIZE + 2  # header + origin field: a DATA message with an empty payload
+# Every protocol's parameter model; `name` is the discriminator. A new protocol adds its model here and in
+# protocols/registry.py.
+ProtocolParams = Annotated[Union[GsgcParams, DirectParams], Field(discriminator="name")]
 
 
 def parse_addr(text: str) -> tuple[str, int]:
@@ -25,11 +34,7 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Member(_Strict):
+class Member(Strict):
     id: int = Field(ge=0, le=0xFFFE)
     name: str = Field(min_length=1)
     addr: str
@@ -41,57 +46,9 @@ class Member(_Strict):
         return v
 
 
-class LocalGroup(_Strict):
-    """One local group of §5: its members and its stability controllers (SCs, a subset of the members)."""
-
-    members: list[int] = Field(min_length=1)
-    controllers: list[int] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _controllers_are_members(self) -> LocalGroup:
-        if len(set(self.members)) != len(self.members):
-            raise ValueError(f"local group {self.members} lists a member twice")
-        outside = sorted(set(self.controllers) - set(self.members))
-        if outside:
-            raise ValueError(f"controllers {outside} are not members of their local group {self.members}")
-        if len(set(self.controllers)) != len(self.controllers):
-            raise ValueError(f"controllers {self.controllers} list a member twice")
-        return self
-
-
-class GsgcParams(_Strict):
-    subgroup: int = Field(ge=1, description="b: gossip targets per step")
-    step_s: float = Field(gt=0, description="step interval")
-    fail_k: int | None = Field(
-        default=None, ge=4, le=254, description="K: declare a member failed at L[j] >= K; None: no failure detection"
-    )
-    suspect_k: int | None = Field(default=None, ge=1, description="log `suspected` at L[j] >= this; default ceil(3K/4)")
-    local_groups: list[LocalGroup] | None = Field(default=None, description="§5 local gossip; None: global gossip")
-    sc_step_s: float | None = Field(default=None, gt=0, description="step interval among SCs; default step_s")
-    multicast_stable: bool = Field(
-        default=False, description="global gossip: the member that constructs S also sends it to every member"
-    )
-    gossip_drop_p: float = Field(
-        default=0.0, ge=0.0, le=1.0,
-        description="drop each GOSSIP at the sender with this probability (the paper's Simulation II sender drops)",
-    )
-
-    @model_validator(mode="after")
-    def _thresholds(self) -> GsgcParams:
-        if self.suspect_k is not None and (self.fail_k is None or not self.fail_k // 2 < self.suspect_k < self.fail_k):
-            raise ValueError("suspect_k needs fail_k and must lie between fail_k // 2 and fail_k (exclusive)")
-        return self
-
-    @property
-    def suspect_threshold(self) -> int | None:
-        if self.fail_k is None:
-            return None
-        return self.suspect_k if self.suspect_k is not None else -(-3 * self.fail_k // 4)
-
-
-class Workload(_Strict):
+class Workload(Strict):
     rate_per_s: float = Field(gt=0, description="data messages per second, per sender")
-    size_bytes: int = Field(ge=MIN_DATA_SIZE, le=65000, description="UDP payload of one data message (header included)")
+    size_bytes: int = Field(ge=1, le=65000, description="UDP payload of one data message (headers included)")
     start_s: float = Field(default=0.0, ge=0, description="first send, seconds after the node starts the protocol")
     stop_s: float | None = Field(default=None, gt=0, description="last send before this; None: until stopped")
 
@@ -102,15 +59,50 @@ class Workload(_Strict):
         return self
 
 
-class NodeConfig(_Strict):
+class MulticastGroup(Strict):
+    """An IP multicast group this member belongs to (the orchestrator's plan routes it across the tree)."""
+
+    name: str = Field(min_length=1)
+    address: str
+    port: int = Field(ge=1, le=65535)
+    ttl: int = Field(default=32, ge=1, le=255, description="hops a packet may travel (the tree's diameter + 1)")
+    send_if: str | None = Field(default=None, description="interface to send on (IP_MULTICAST_IF); None: the "
+                                                          "route's")
+    join_ifs: list[str] = Field(default_factory=list, description="interfaces to join the group on; empty: the "
+                                                                  "default one")
+
+    @field_validator("address")
+    @classmethod
+    def _multicast(cls, v: str) -> str:
+        try:
+            addr = ipaddress.IPv4Address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv4 address") from None
+        if not addr.is_multicast:
+            raise ValueError(f"{v} is not a multicast address (224.0.0.0/4)")
+        return v
+
+
+class TcpOptions(Strict):
+    """The TCP transport (a connection per peer pair, to the peer's `addr`): how fast a dead peer is noticed."""
+
+    user_timeout_s: float = Field(default=3.0, gt=0, description="TCP_USER_TIMEOUT: unacknowledged data fails "
+                                                                 "the connection after this long")
+    keepalive_s: float = Field(default=1.0, gt=0, description="idle time before keepalive probes, and their "
+                                                              "interval (3 unanswered probes fail it)")
+    connect_timeout_s: float = Field(default=3.0, gt=0)
+
+
+class NodeConfig(Strict):
     name: str = Field(min_length=1)
     id: int = Field(ge=0)
     listen: str
     members: list[Member] = Field(min_length=1)
-    protocol: Literal["gsgc"] = "gsgc"
-    gsgc: GsgcParams
+    protocol: ProtocolParams
     senders: list[int] = Field(default_factory=list)
     workload: Workload | None = None
+    multicast: list[MulticastGroup] = Field(default_factory=list)
+    tcp: TcpOptions = TcpOptions()
     seed: int = 0
     event_log: Path
     control: Path | None = Field(default=None, description="unix stream socket path of the control endpoint")
@@ -137,15 +129,21 @@ class NodeConfig(_Strict):
             raise ValueError(f"senders {self.senders} must be distinct member ids")
         if self.senders and self.workload is None:
             raise ValueError("senders are set but there is no workload")
-        if self.gsgc.local_groups is not None:
-            grouped = sorted(i for g in self.gsgc.local_groups for i in g.members)
-            if grouped != sorted(ids):
-                raise ValueError("local_groups must partition the members (every member in exactly one group)")
+        names = [g.name for g in self.multicast]
+        if len(set(names)) != len(names):
+            raise ValueError(f"multicast groups {names} repeat a name")
+        self.protocol.check(self)
         return self
 
     @property
     def n(self) -> int:
         return len(self.members)
+
+    def group(self, name: str) -> MulticastGroup:
+        for g in self.multicast:
+            if g.name == name:
+                return g
+        raise ValueError(f"no multicast group {name!r} in this member's config")
 
 
 def load_config(path: str | Path) -> NodeConfig:

@@ -1,8 +1,24 @@
-"""The node's asyncio runtime: a UDP socket, the core's timers, the control endpoint and the event log.
+"""The node's asyncio runtime: the transports, the core's timers, the control endpoint and the event log.
 
-Everything protocol-specific is in the sans-IO core (`gsgc.GsgcNode`); this module moves bytes and time.
-Time is wall-clock unix seconds (`time.time()`), so event timestamps of different nodes on one machine, or on
-NTP-synchronised hosts, are comparable.
+Everything protocol-specific is in the sans-IO core (`protocols/<name>/core.py`, chosen by `protocol.name`
+through `protocols.registry`); this module moves bytes and time. Time is wall-clock unix seconds
+(`time.time()`), so event timestamps of different nodes on one machine, or on NTP-synchronised hosts, are
+comparable.
+
+Transports (all carry the same packets: the common envelope, then the protocol's header and body):
+- UDP unicast on `listen`; a datagram must come from the `addr` of the member it names as sender.
+- IP multicast: one socket per configured group, bound to (group address, port), joined on `join_ifs`, sending
+  on `send_if` with the group's TTL. Multicast loopback stays on (kernel multicast routing forwards a member's
+  own packets from their looped-back copy); the member's own packets are discarded here. A datagram must come
+  from the IP address of the member it names.
+- TCP: a listening socket on `listen` (TCP's port space), and at most one connection per peer pair, opened on
+  the first `stream` send to a peer. Frames are the packets themselves (the envelope's length delimits them).
+  The core hears `up` when a connection is established (connected, or accepted and its first frame named a
+  member from that member's IP) and `failed` when it ends without the core having asked: EOF, RST, a timeout
+  (TCP_USER_TIMEOUT for unacknowledged data, keepalive for an idle connection across a cut link) or a refused
+  or timed-out connect. When both ends connect at once, the connection opened by the lower member id is kept and
+  the other closed quietly on both sides.
+Packets from unknown sources, or that do not decode, are counted and logged (rate-limited), never trusted.
 """
 from __future__ import annotations
 
@@ -10,6 +26,7 @@ import asyncio
 import os
 import signal
 import socket
+import struct
 import time
 import traceback
 from collections import Counter
@@ -17,13 +34,16 @@ from collections.abc import Callable
 from typing import Any
 
 from . import control, wire
-from .config import NodeConfig, parse_addr
-from .core import BadMessage, Output
+from .config import MulticastGroup, NodeConfig, parse_addr
 from .eventlog import EventLog
-from .gsgc import GsgcNode
+from .protocols import registry
+from .protocols.base import BadMessage, Core, Output
 
 LOG_FLUSH_S = 0.5
 RCVBUF_BYTES = 1 << 21
+TCP_QUEUE_LIMIT = 10_000    # frames queued for a connection that is still being opened
+SOL_TCP = getattr(socket, "SOL_TCP", 6)
+TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", 18)
 
 
 class RateLimiter:
@@ -48,14 +68,84 @@ class RateLimiter:
 
 
 class _Udp(asyncio.DatagramProtocol):
-    def __init__(self, node: NodeRuntime) -> None:
+    def __init__(self, node: NodeRuntime, via: str) -> None:
         self.node = node
+        self.via = via
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.node.on_packet(data, addr)
+        self.node.on_packet(data, addr, self.via)
 
     def error_received(self, exc: Exception) -> None:
         self.node.on_send_error(exc)
+
+
+def multicast_socket(group: MulticastGroup) -> socket.socket:
+    """A UDP socket bound to the group, joined on its interfaces, sending on `send_if` with the group's TTL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+        sock.bind((group.address, group.port))
+        maddr = socket.inet_aton(group.address)
+        for ifname in group.join_ifs or [None]:
+            index = socket.if_nametoindex(ifname) if ifname else 0
+            # struct ip_mreqn {imr_multiaddr, imr_address, imr_ifindex}: join on that interface (0: the route's)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                            maddr + socket.inet_aton("0.0.0.0") + struct.pack("@i", index))
+        if group.send_if:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                            maddr + socket.inet_aton("0.0.0.0") + struct.pack("@i", socket.if_nametoindex(group.send_if)))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, group.ttl)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _TcpConn(asyncio.Protocol):
+    """One TCP connection: frames in, frames out, and how it ended."""
+
+    def __init__(self, node: NodeRuntime, peer: int | None, outgoing: bool) -> None:
+        self.node = node
+        self.peer = peer                 # None until an accepted connection's first frame names its member
+        self.outgoing = outgoing
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.quiet = False               # closed on purpose (by the core, or as the loser of a double connect)
+        self.ip = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        self.ip = (transport.get_extra_info("peername") or ("", 0))[0]
+        if sock is not None:
+            self.node.tune_tcp(sock)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while len(self.buf) >= wire.ENVELOPE_SIZE:
+            try:
+                env = wire.parse_envelope(memoryview(self.buf)[:wire.ENVELOPE_SIZE], exact=False)
+            except wire.DecodeError as exc:      # the stream cannot be resynchronised: drop the connection
+                self.node.bad_frame(self, bytes(self.buf[:16]), str(exc))
+                return
+            size = wire.ENVELOPE_SIZE + env.length
+            if len(self.buf) < size:
+                return
+            frame = bytes(self.buf[:size])
+            del self.buf[:size]
+            self.node.on_frame(self, frame)
+            if self.transport is None or self.transport.is_closing():
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.node.on_tcp_lost(self, exc)
+
+    def close(self) -> None:
+        self.quiet = True
+        if self.transport is not None:
+            self.transport.close()
 
 
 class NodeRuntime:
@@ -64,13 +154,18 @@ class NodeRuntime:
         self.cfg = cfg
         self._sock = sock
         self.addr_of = {m.id: parse_addr(m.addr) for m in cfg.members}
-        self.core: GsgcNode | None = None
+        self.core: Core | None = None
         self.counters: Counter[str] = Counter()
         self._log = EventLog(cfg.event_log, cfg.name)
         self._bad_log = RateLimiter(20)
         self._error_log = RateLimiter(5)
         self._transport: asyncio.DatagramTransport | None = None
+        self._mcast: dict[str, tuple[asyncio.DatagramTransport, tuple[str, int]]] = {}
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self._conns: dict[int, _TcpConn] = {}
+        self._pending: dict[int, list[bytes]] = {}       # frames waiting for a connection being opened
         self._timer: asyncio.TimerHandle | None = None
+        self._due = float("inf")
         self._start_handle: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self.stop_reason = ""
@@ -82,16 +177,26 @@ class NodeRuntime:
         Returns the stop reason."""
         loop = asyncio.get_running_loop()
         sock = self._sock or self._bind()
-        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), sock=sock)
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "udp"), sock=sock)
+        for group in self.cfg.multicast:
+            msock = multicast_socket(group)
+            transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "mcast"), sock=msock)
+            self._mcast[group.name] = (transport, (group.address, group.port))
+        if self._uses_tcp():
+            host, port = parse_addr(self.cfg.listen)
+            if self._sock is not None:      # tests: TCP on the UDP socket's port
+                host, port = self._sock.getsockname()[:2]
+            self._tcp_server = await loop.create_server(lambda: _TcpConn(self, None, False), host, port,
+                                                        reuse_address=True)
         ctl_path = self.cfg.control
         server = await control.serve(ctl_path, self._on_control) if ctl_path else None
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
-        p = self.cfg.gsgc
         self._event("node_started", id=self.cfg.id, pid=os.getpid(), listen=self.cfg.listen, n=self.cfg.n,
-                    senders=self.cfg.senders, subgroup=p.subgroup, step_s=p.step_s, fail_k=p.fail_k,
-                    local_groups=p.local_groups is not None, wait_for_start=self.cfg.wait_for_start)
+                    senders=self.cfg.senders, protocol=self.cfg.protocol.model_dump(mode="json"),
+                    multicast=[g.name for g in self.cfg.multicast], wait_for_start=self.cfg.wait_for_start,
+                    **self._legacy_fields())
         flusher = asyncio.ensure_future(self._flush_periodically())
         if not self.cfg.wait_for_start:
             self.start_protocol()
@@ -103,6 +208,12 @@ class NodeRuntime:
                     handle.cancel()
             flusher.cancel()
             self._transport.close()
+            for transport, _ in self._mcast.values():
+                transport.close()
+            for conn in list(self._conns.values()):
+                conn.close()
+            if self._tcp_server is not None:
+                self._tcp_server.close()
             if server is not None and ctl_path is not None:
                 server.close()
                 await server.wait_closed()
@@ -111,6 +222,18 @@ class NodeRuntime:
                         protocol=self.core.snapshot() if self.core else None)
             self._log.close()
         return self.stop_reason
+
+    def _legacy_fields(self) -> dict[str, Any]:
+        """GSGC's parameters as the first wave's `node_started` carried them (older analyses read them)."""
+        p = self.cfg.protocol
+        if p.name != "gsgc":
+            return {}
+        return {"subgroup": p.subgroup, "step_s": p.step_s, "fail_k": p.fail_k,
+                "local_groups": p.local_groups is not None}
+
+    def _uses_tcp(self) -> bool:
+        return bool(getattr(self.cfg.protocol, "uses_tcp", False) or getattr(self.cfg.protocol, "transport", "")
+                    == "tcp")
 
     def _bind(self) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -122,7 +245,7 @@ class NodeRuntime:
         if self.core is not None:
             return
         loop = asyncio.get_running_loop()
-        self.core = GsgcNode(self.cfg, time.time())
+        self.core = registry.create(self.cfg, time.time())
         self._emit(self.core.startup)
         self._schedule()
         if self.cfg.duration_s is not None:
@@ -142,11 +265,15 @@ class NodeRuntime:
 
     def _schedule(self) -> None:
         assert self.core is not None
-        delay = max(0.0, self.core.next_wakeup() - time.time())
+        wake = self._due = self.core.next_wakeup()
+        if wake == float("inf"):
+            self._timer = None
+            return
+        delay = max(0.0, wake - time.time())
         self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
 
     def _reschedule(self) -> None:
-        """The core's next wakeup may have moved earlier (a control command changed a timer)."""
+        """The core's next wakeup may have moved earlier (a control command or a received message changed it)."""
         if self._timer is not None:
             self._timer.cancel()
         self._schedule()
@@ -158,7 +285,7 @@ class NodeRuntime:
 
     # ---- packets ---------------------------------------------------------------------------------------------
 
-    def on_packet(self, data: bytes, addr: tuple[str, int]) -> None:
+    def on_packet(self, data: bytes, addr: tuple[str, int], via: str = "udp") -> None:
         self.counters["packets_in"] += 1
         self.counters["bytes_in"] += len(data)
         if self.core is None:
@@ -167,26 +294,47 @@ class NodeRuntime:
         now = time.time()
         try:
             msg = wire.decode(data)
-            if self.addr_of.get(msg.sender) != addr:
+            expected = self.addr_of.get(msg.sender)
+            if via == "mcast":
+                if msg.sender == self.cfg.id and expected is not None and expected[0] == addr[0]:
+                    self.counters["own_multicast"] += 1      # our own packet, looped back
+                    return
+                if expected is None or expected[0] != addr[0]:
+                    raise BadMessage(f"claims sender {msg.sender} but comes from {addr[0]}")
+            elif expected != addr:
                 raise BadMessage(f"claims sender {msg.sender} but comes from {addr[0]}:{addr[1]}")
-            out = self.core.receive(msg, now)
+            self._deliver(msg, now, via)
         except (wire.DecodeError, BadMessage) as exc:
-            self._bad_packet(now, data, addr, str(exc))
-            return
+            self._bad_packet(now, data, f"{addr[0]}:{addr[1]}", str(exc))
+
+    def _deliver(self, msg: Any, now: float, via: str) -> None:
+        """Hand a decoded, authenticated message to the core (BadMessage propagates to the caller)."""
+        assert self.core is not None
+        if type(msg).CODEC.name != self.cfg.protocol.name:
+            raise BadMessage(f"a {type(msg).CODEC.name} packet; this node runs {self.cfg.protocol.name}")
+        try:
+            out = self.core.receive(msg, now, via)
+        except BadMessage:
+            raise
         except Exception as exc:  # noqa: BLE001 - one packet must not end a run; the event names the bug
-            self.counters["internal_errors"] += 1
-            suppressed = self._error_log.allow(now)
-            if suppressed is not None:
-                self._log.write(now, "error", {"where": "receive", "error": repr(exc), "suppressed": suppressed,
-                                               "traceback": traceback.format_exc(limit=4)})
+            self._internal_error(now, "receive", exc)
             return
         self._emit(out)
+        if self.core.next_wakeup() < self._due:
+            self._reschedule()
 
-    def _bad_packet(self, now: float, data: bytes, addr: tuple[str, int], reason: str) -> None:
+    def _internal_error(self, now: float, where: str, exc: Exception) -> None:
+        self.counters["internal_errors"] += 1
+        suppressed = self._error_log.allow(now)
+        if suppressed is not None:
+            self._log.write(now, "error", {"where": where, "error": repr(exc), "suppressed": suppressed,
+                                           "traceback": traceback.format_exc(limit=4)})
+
+    def _bad_packet(self, now: float, data: bytes, src: str, reason: str) -> None:
         self.counters["bad_packets"] += 1
         suppressed = self._bad_log.allow(now)
         if suppressed is not None:
-            self._log.write(now, "bad_packet", {"src": f"{addr[0]}:{addr[1]}", "size": len(data), "reason": reason,
+            self._log.write(now, "bad_packet", {"src": src, "size": len(data), "reason": reason,
                                                 "head": data[:16].hex(), "suppressed": suppressed})
 
     def on_send_error(self, exc: Exception) -> None:
@@ -199,20 +347,174 @@ class NodeRuntime:
     def _emit(self, out: Output) -> None:
         for ts, event, fields in out.events:
             self._log.write(ts, event, fields)
-        if not out.send:
-            return
-        assert self._transport is not None
         encoded: dict[int, bytes] = {}  # one encoding per message, however many destinations
-        for dest, msg in out.send:
+
+        def encode(msg: Any) -> bytes:
             data = encoded.get(id(msg))
             if data is None:
                 data = encoded[id(msg)] = wire.encode(msg)
-            self._transport.sendto(data, self.addr_of[dest])
-            self.counters["packets_out"] += 1
-            self.counters["bytes_out"] += len(data)
+            return data
+
+        if out.send:
+            assert self._transport is not None
+            for dest, msg in out.send:
+                data = encode(msg)
+                self._transport.sendto(data, self.addr_of[dest])
+                self.counters["packets_out"] += 1
+                self.counters["bytes_out"] += len(data)
+        for group, msg in out.mcast:
+            transport, dest = self._mcast[group]
+            data = encode(msg)
+            transport.sendto(data, dest)
+            self.counters["mcast_packets_out"] += 1
+            self.counters["mcast_bytes_out"] += len(data)
+        for dest, msg in out.stream:
+            self._tcp_send(dest, encode(msg))
+        for peer in out.close:
+            self._tcp_close(peer)
 
     def _event(self, event: str, **fields: Any) -> None:
         self._log.write(time.time(), event, fields)
+
+    # ---- TCP -------------------------------------------------------------------------------------------------
+
+    def tune_tcp(self, sock: socket.socket) -> None:
+        """Fail a connection to a dead or cut-off peer within seconds, not the kernel's default minutes."""
+        t = self.cfg.tcp
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        keep = max(1, round(t.keepalive_s))
+        for opt, value in (("TCP_KEEPIDLE", keep), ("TCP_KEEPINTVL", keep), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, opt):
+                sock.setsockopt(SOL_TCP, getattr(socket, opt), value)
+        sock.setsockopt(SOL_TCP, TCP_USER_TIMEOUT, int(t.user_timeout_s * 1000))
+
+    def _tcp_send(self, dest: int, frame: bytes) -> None:
+        conn = self._conns.get(dest)
+        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.write(frame)
+            self.counters["tcp_frames_out"] += 1
+            self.counters["tcp_bytes_out"] += len(frame)
+            return
+        queue = self._pending.get(dest)
+        if queue is None:
+            queue = self._pending[dest] = []
+            asyncio.ensure_future(self._tcp_connect(dest))
+        if len(queue) < TCP_QUEUE_LIMIT:
+            queue.append(frame)
+        else:
+            self.counters["tcp_frames_dropped"] += 1
+
+    async def _tcp_connect(self, dest: int) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.addr_of[dest]
+        conn = _TcpConn(self, dest, True)
+        try:
+            await asyncio.wait_for(loop.create_connection(lambda: conn, host, port),
+                                   timeout=self.cfg.tcp.connect_timeout_s)
+        except (OSError, asyncio.TimeoutError) as exc:
+            queued = self._pending.pop(dest, [])
+            self.counters["tcp_frames_dropped"] += len(queued)
+            if dest not in self._conns:
+                reason = "timeout" if isinstance(exc, asyncio.TimeoutError) else f"connect: {exc.strerror or exc}"
+                self._connection_event(dest, "failed", reason)
+            return
+        self._adopt(conn)
+
+    def _adopt(self, conn: _TcpConn) -> None:
+        """A connection to `conn.peer` is established: keep it, or (both ends connected at once) keep the one the
+        lower member id opened and close the other quietly."""
+        assert conn.peer is not None
+        peer = conn.peer
+        existing = self._conns.get(peer)
+        if existing is not None and existing is not conn and not existing.quiet:
+            opener_new = self.cfg.id if conn.outgoing else peer
+            if opener_new != min(self.cfg.id, peer):
+                conn.close()
+                self.counters["tcp_duplicate_closed"] += 1
+                self._flush_pending(peer)
+                return
+            existing.close()
+            self.counters["tcp_duplicate_closed"] += 1
+            self._conns[peer] = conn
+            self._flush_pending(peer)
+            return
+        self._conns[peer] = conn
+        self._connection_event(peer, "up", "connected" if conn.outgoing else "accepted")
+        self._flush_pending(peer)
+
+    def _flush_pending(self, peer: int) -> None:
+        conn = self._conns.get(peer)
+        if conn is None or conn.transport is None:
+            return
+        for frame in self._pending.pop(peer, []):
+            conn.transport.write(frame)
+            self.counters["tcp_frames_out"] += 1
+            self.counters["tcp_bytes_out"] += len(frame)
+
+    def on_frame(self, conn: _TcpConn, frame: bytes) -> None:
+        self.counters["tcp_frames_in"] += 1
+        self.counters["tcp_bytes_in"] += len(frame)
+        now = time.time()
+        if self.core is None:
+            self.counters["packets_before_start"] += 1
+            return
+        try:
+            msg = wire.decode(frame)
+            if conn.peer is None:             # an accepted connection names its member with its first frame
+                expected = self.addr_of.get(msg.sender)
+                if expected is None or expected[0] != conn.ip or msg.sender == self.cfg.id:
+                    raise BadMessage(f"TCP connection from {conn.ip} names sender {msg.sender}")
+                conn.peer = msg.sender
+                self._adopt(conn)
+            elif msg.sender != conn.peer:
+                raise BadMessage(f"frame names sender {msg.sender} on the connection of member {conn.peer}")
+            self._deliver(msg, now, "tcp")
+        except (wire.DecodeError, BadMessage) as exc:
+            self.bad_frame(conn, frame, str(exc))
+
+    def bad_frame(self, conn: _TcpConn, head: bytes, reason: str) -> None:
+        """A frame that does not decode or authenticate: the stream is not trusted any more; drop the connection
+        (the core hears `failed` if it knew the peer)."""
+        self._bad_packet(time.time(), head, f"tcp:{conn.ip}", reason)
+        if conn.transport is not None:
+            conn.transport.abort()
+
+    def on_tcp_lost(self, conn: _TcpConn, exc: Exception | None) -> None:
+        peer = conn.peer
+        if peer is None or self._conns.get(peer) is not conn:
+            return                            # never adopted, or the loser of a double connect
+        del self._conns[peer]
+        if conn.quiet or self._stopped.is_set():
+            return
+        if exc is None:
+            reason = "eof"
+        elif isinstance(exc, ConnectionResetError):
+            reason = "reset"
+        elif isinstance(exc, TimeoutError) or getattr(exc, "errno", None) == 110:
+            reason = "timeout"
+        else:
+            reason = f"error: {exc}"
+        self._connection_event(peer, "failed", reason)
+
+    def _tcp_close(self, peer: int) -> None:
+        conn = self._conns.pop(peer, None)
+        self._pending.pop(peer, None)
+        if conn is not None:
+            conn.close()
+
+    def _connection_event(self, peer: int, event: str, reason: str) -> None:
+        self.counters[f"tcp_{event}"] += 1
+        if self.core is None:
+            return
+        now = time.time()
+        try:
+            out = self.core.on_connection(peer, event, now, reason)
+        except Exception as exc:  # noqa: BLE001 - as for a packet: the event names the bug
+            self._internal_error(now, "on_connection", exc)
+            return
+        self._emit(out)
+        self._reschedule()
 
     # ---- control ---------------------------------------------------------------------------------------------
 
@@ -222,6 +524,7 @@ class NodeRuntime:
             return {"ok": True, "state": {
                 "node": self.cfg.name,
                 "id": self.cfg.id,
+                "protocol_name": self.cfg.protocol.name,
                 "started": self.core is not None,
                 "runtime": dict(sorted(self.counters.items())),
                 "protocol": self.core.snapshot() if self.core else None,
@@ -232,7 +535,16 @@ class NodeRuntime:
             return self._control_start(req.get("at")), None
         if cmd == "workload":
             return self._control_workload(req.get("op")), None
-        return {"ok": False, "error": f"unknown command {cmd!r} (state, start, stop, workload)"}, None
+        if self.core is None:
+            return {"ok": False, "error": f"unknown command {cmd!r} (state, start, stop, workload), or the "
+                                          "protocol has not started"}, None
+        try:
+            reply, out = self.core.control(req, time.time())
+        except ValueError as exc:
+            return {"ok": False, "error": f"{exc} (the runtime knows state, start, stop, workload)"}, None
+        self._emit(out)
+        self._reschedule()
+        return reply, None
 
     def _control_start(self, at: Any) -> dict[str, Any]:
         if self.core is not None or self._start_handle is not None:

@@ -1,241 +1,188 @@
-"""The node's wire format: a fixed 16-byte header followed by a body that depends on the message type.
+"""The common wire envelope and the registry of every protocol's messages.
+
+Every packet (a UDP datagram, a multicast datagram, or one frame of a TCP stream) starts with the same 9-byte
+envelope, followed by the protocol's own header and body::
+
+    magic     2s  b"GS"
+    version   u8  VERSION (of the envelope)
+    protocol  u8  the protocol's id (`Codec.id`: gsgc 1, direct 2, ...)
+    type      u8  the protocol's message type
+    sender    u16 member id of the node that sent this packet
+    length    u16 bytes after the envelope (the protocol header and body); must equal the rest exactly
+
+On TCP the envelope is the frame header: a reader takes 9 bytes, checks them, then reads `length` more.
+
+Each protocol registers one `Codec`: its id and name, its message types, how to encode and decode its messages,
+and a declarative `Layout` of every message (fields in order, with the counts that size them). The node and the
+analysis both decode through `decode`/`header_fields`; the Wireshark dissector is generated from the layouts,
+so a packet is read by two independent decoders (the Python codec and tshark with the generated Lua) in tests.
 
 Used by the node and by the analysis (which decodes captured packets with it), so it has no other dependency.
-
-Header (network byte order, 16 bytes)::
-
-    magic    2s  b"GS"
-    version  u8  VERSION
-    type     u8  MsgType
-    sender   u16 member id of the node that sent this packet
-    seq      u32 DATA/REPAIR: the data message's sequence number (per origin, from 1);
-                 other types: the sender's control-message counter (with sender and type, names a packet)
-    round    u32 the sender's current round (SC_GOSSIP: its SC round; STABLE: the round that completed; DATA: 0)
-    length   u16 body length in bytes; must equal the rest of the packet exactly
-
-Bodies (network byte order; counts come first and are checked against the body length before use):
-
-    DATA, REPAIR   origin u16, payload (the rest). REPAIR is a retransmission; sender may differ from origin.
-    NAK            origin u16, count u16, count x (first u32, last u32): inclusive ranges of missing seqs
-    GOSSIP,        m u16, nbits u16, M: m x u32, S: m x u32, W: ceil(nbits / 8) bytes
-    SC_GOSSIP      (W bit i is byte i // 8, bit i % 8 counted from the least significant; unused bits are 0)
-    STABLE         m u16, S: m x u32
-    LIVE           n u16, L: n x u8
-
-M, S are indexed by sender position (the config's `senders` order); MAX_SEQ in M means "no information".
 """
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import lru_cache
+from typing import Any
 
 MAGIC = b"GS"
-VERSION = 1
-HEADER = struct.Struct("!2sBBHIIH")
-HEADER_SIZE = HEADER.size
-MAX_SEQ = 0xFFFFFFFF
+VERSION = 2
+ENVELOPE = struct.Struct("!2sBBBHH")
+ENVELOPE_SIZE = ENVELOPE.size
 MAX_BODY = 0xFFFF
-HEADER_FIELDS = ("version", "type", "type_name", "sender", "seq", "round", "length")
-
-
-class MsgType(IntEnum):
-    DATA = 1
-    REPAIR = 2
-    NAK = 3
-    GOSSIP = 4
-    SC_GOSSIP = 5
-    STABLE = 6
-    LIVE = 7
+HEADER_FIELDS = ("version", "protocol", "type", "type_name", "sender", "seq", "round", "length")
 
 
 class DecodeError(ValueError):
-    """The bytes are not a well-formed packet of this protocol version; the message says why."""
+    """The bytes are not a well-formed packet of a registered protocol; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class Data:
-    origin: int
-    payload: bytes
+# ---- declarative layouts (documentation, the generated dissector, and the size formulas) ----------------------
+
+@dataclass(frozen=True)
+class F:
+    """One field of a layout. `kind`: u8, u16, u32 or bytes. `count`: None (one value), an int, the name of an
+    earlier field, "bits:NAME" (ceil(NAME / 8) bytes: a bitmap of NAME bits) or "rest" (to the end)."""
+
+    name: str
+    kind: str
+    count: int | str | None = None
+    doc: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Nak:
-    origin: int
-    ranges: tuple[tuple[int, int], ...]
+@dataclass(frozen=True)
+class Layout:
+    """A message type's fields after the envelope: the protocol header (`Codec.header`) then these."""
+
+    type: int
+    name: str
+    body: tuple[F, ...]
+    doc: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Gossip:
-    """Figure 2's gossip (M, W, S); the round travels in the header."""
+@dataclass
+class Codec:
+    """One protocol's wire: registered once, used by the node, the analysis and the dissector generator.
 
-    min_so_far: tuple[int, ...]
-    stability: tuple[int, ...]
-    heard: int  # W as a bitmask: bit i set = heard from member (or group) i
-    nbits: int
+    `encode(msg) -> (type, sender, bytes after the envelope)`; `decode(type, sender, rest: memoryview) -> msg`
+    (DecodeError for anything inconsistent); `header(msg_type, sender, rest) -> {"seq": .., "round": ..}`, the
+    packet-table columns this protocol fills from its own header (None where it has no such field)."""
 
-
-@dataclass(frozen=True, slots=True)
-class Stable:
-    stability: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Live:
-    live: bytes  # Figure 3's L, one saturating byte per member
-
-
-Body = Data | Nak | Gossip | Stable | Live
-
-BODY_OF = {
-    MsgType.DATA: Data,
-    MsgType.REPAIR: Data,
-    MsgType.NAK: Nak,
-    MsgType.GOSSIP: Gossip,
-    MsgType.SC_GOSSIP: Gossip,
-    MsgType.STABLE: Stable,
-    MsgType.LIVE: Live,
-}
+    id: int
+    name: str
+    types: type[IntEnum]
+    header: tuple[F, ...]
+    layouts: tuple[Layout, ...]
+    encode: Callable[[Any], tuple[int, int, bytes]]
+    decode: Callable[[int, int, memoryview], Any]
+    header_columns: Callable[[int, memoryview], dict[str, int | None]] = field(
+        default=lambda _t, _rest: {"seq": None, "round": None})
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    type: MsgType
-    sender: int
-    seq: int
-    round: int
-    body: Body
+CODECS: dict[int, Codec] = {}
+BY_NAME: dict[str, Codec] = {}
 
 
-_U16 = struct.Struct("!H")
-_U16x2 = struct.Struct("!HH")
-_RANGE = struct.Struct("!II")
+def register(codec: Codec) -> Codec:
+    """Add a protocol's codec (ids and names are unique; the layouts must cover exactly its message types)."""
+    if codec.id in CODECS and CODECS[codec.id] is not codec:
+        raise ValueError(f"protocol id {codec.id} is taken by {CODECS[codec.id].name}")
+    if not 1 <= codec.id <= 255:
+        raise ValueError(f"protocol id {codec.id} does not fit a byte")
+    if {int(t) for t in codec.types} != {lay.type for lay in codec.layouts}:
+        raise ValueError(f"{codec.name}: layouts do not match the message types")
+    CODECS[codec.id] = codec
+    BY_NAME[codec.name] = codec
+    return codec
 
 
-@lru_cache(maxsize=256)
-def _u32s(count: int) -> struct.Struct:
-    return struct.Struct(f"!{count}I")
-
-
-def _bitmap_len(nbits: int) -> int:
-    return (nbits + 7) // 8
-
-
-def _encode_body(msg: Message) -> bytes:
-    body = msg.body
-    if type(body) is not BODY_OF[msg.type]:
-        expected = BODY_OF[msg.type].__name__
-        raise ValueError(f"{msg.type.name} message needs a {expected} body, got {type(body).__name__}")
-    if isinstance(body, Data):
-        return _U16.pack(body.origin) + body.payload
-    if isinstance(body, Gossip):
-        m = len(body.min_so_far)
-        if len(body.stability) != m:
-            raise ValueError(f"M has {m} entries but S has {len(body.stability)}")
-        if body.nbits < 1 or body.heard >> body.nbits:
-            raise ValueError(f"W {body.heard:#x} does not fit in nbits={body.nbits}")
-        return (
-            _U16x2.pack(m, body.nbits)
-            + _u32s(2 * m).pack(*body.min_so_far, *body.stability)
-            + body.heard.to_bytes(_bitmap_len(body.nbits), "little")
-        )
-    if isinstance(body, Live):
-        return _U16.pack(len(body.live)) + body.live
-    if isinstance(body, Stable):
-        return _U16.pack(len(body.stability)) + _u32s(len(body.stability)).pack(*body.stability)
-    return _U16x2.pack(body.origin, len(body.ranges)) + b"".join(_RANGE.pack(a, b) for a, b in body.ranges)
-
-
-def encode(msg: Message) -> bytes:
-    """Serialise a message; ValueError if a field does not fit the format."""
+def pack(protocol: int, mtype: int, sender: int, rest: bytes) -> bytes:
+    if len(rest) > MAX_BODY:
+        raise ValueError(f"message of {len(rest)} bytes after the envelope exceeds {MAX_BODY}")
     try:
-        body = _encode_body(msg)
-        if len(body) > MAX_BODY:
-            raise ValueError(f"body of {len(body)} bytes exceeds {MAX_BODY}")
-        return HEADER.pack(MAGIC, VERSION, msg.type, msg.sender, msg.seq, msg.round, len(body)) + body
+        return ENVELOPE.pack(MAGIC, VERSION, protocol, mtype, sender, len(rest)) + rest
     except struct.error as exc:
-        raise ValueError(f"cannot encode {msg.type.name} message: {exc}") from None
+        raise ValueError(f"cannot encode the envelope: {exc}") from None
 
 
-def _parse_header(packet: bytes) -> tuple[MsgType, int, int, int, int]:
-    if len(packet) < HEADER_SIZE:
-        raise DecodeError(f"truncated packet: {len(packet)} bytes, the header alone is {HEADER_SIZE}")
-    magic, version, mtype, sender, seq, rnd, length = HEADER.unpack_from(packet)
+def encode(msg: Any) -> bytes:
+    """Serialise a message of any registered protocol (its class carries `CODEC`); ValueError if it does not fit."""
+    codec: Codec = type(msg).CODEC
+    mtype, sender, rest = codec.encode(msg)
+    return pack(codec.id, mtype, sender, rest)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    protocol: int
+    type: int
+    sender: int
+    length: int
+
+
+def parse_envelope(packet: bytes | memoryview, exact: bool = True) -> Envelope:
+    """Check and parse the first ENVELOPE_SIZE bytes. `exact`: the packet must hold exactly `length` more bytes
+    (a datagram); otherwise (a TCP frame header) only the envelope itself is checked."""
+    if len(packet) < ENVELOPE_SIZE:
+        raise DecodeError(f"truncated packet: {len(packet)} bytes, the envelope alone is {ENVELOPE_SIZE}")
+    magic, version, protocol, mtype, sender, length = ENVELOPE.unpack_from(packet)
     if magic != MAGIC:
-        raise DecodeError(f"foreign packet: magic {magic!r}, expected {MAGIC!r}")
+        raise DecodeError(f"foreign packet: magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION:
         raise DecodeError(f"unsupported wire version {version} (this decoder speaks version {VERSION})")
+    codec = CODECS.get(protocol)
+    if codec is None:
+        raise DecodeError(f"unknown protocol id {protocol}")
     try:
-        kind = MsgType(mtype)
+        codec.types(mtype)
     except ValueError:
-        raise DecodeError(f"unknown message type {mtype}") from None
-    actual = len(packet) - HEADER_SIZE
-    if length != actual:
-        what = "truncated" if length > actual else "trailing bytes"
-        raise DecodeError(f"{what}: header says the body has {length} bytes, the packet carries {actual}")
-    return kind, sender, seq, rnd, length
+        raise DecodeError(f"{codec.name}: unknown message type {mtype}") from None
+    if exact:
+        actual = len(packet) - ENVELOPE_SIZE
+        if length != actual:
+            what = "truncated" if length > actual else "trailing bytes"
+            raise DecodeError(f"{what}: the envelope says {length} bytes follow, the packet carries {actual}")
+    return Envelope(protocol, mtype, sender, length)
 
 
-def _need(body: memoryview, size: int, what: str) -> None:
-    if len(body) != size:
-        raise DecodeError(f"{what}: body must be {size} bytes for its counts, got {len(body)}")
+def decode(packet: bytes) -> Any:
+    """Parse one packet of any registered protocol; DecodeError (a ValueError) for anything truncated, foreign or
+    inconsistent."""
+    env = parse_envelope(packet)
+    return CODECS[env.protocol].decode(env.type, env.sender, memoryview(packet)[ENVELOPE_SIZE:])
 
 
-def _decode_body(kind: MsgType, body: memoryview) -> Body:
-    if kind in (MsgType.DATA, MsgType.REPAIR):
-        if len(body) < 2:
-            raise DecodeError(f"{kind.name}: body of {len(body)} bytes has no origin field")
-        return Data(_U16.unpack_from(body)[0], bytes(body[2:]))
-    if kind in (MsgType.GOSSIP, MsgType.SC_GOSSIP):
-        if len(body) < 4:
-            raise DecodeError(f"{kind.name}: body of {len(body)} bytes has no m/nbits fields")
-        m, nbits = _U16x2.unpack_from(body)
-        if nbits == 0:
-            raise DecodeError(f"{kind.name}: W has nbits=0")
-        _need(body, 4 + 8 * m + _bitmap_len(nbits), f"{kind.name} with m={m}, nbits={nbits}")
-        arrays = _u32s(2 * m).unpack_from(body, 4)
-        heard = int.from_bytes(body[4 + 8 * m :], "little")
-        if heard >> nbits:
-            raise DecodeError(f"{kind.name}: W has bits set beyond nbits={nbits}")
-        return Gossip(arrays[:m], arrays[m:], heard, nbits)
-    if len(body) < 2:
-        raise DecodeError(f"{kind.name}: body of {len(body)} bytes has no count field")
-    count = _U16.unpack_from(body)[0]
-    if kind is MsgType.LIVE:
-        _need(body, 2 + count, f"LIVE with n={count}")
-        return Live(bytes(body[2:]))
-    if kind is MsgType.STABLE:
-        _need(body, 2 + 4 * count, f"STABLE with m={count}")
-        return Stable(_u32s(count).unpack_from(body, 2))
-    if len(body) < 4:
-        raise DecodeError(f"NAK: body of {len(body)} bytes has no range count")
-    origin, count = _U16x2.unpack_from(body)
-    _need(body, 4 + 8 * count, f"NAK with {count} ranges")
-    ranges = tuple(_RANGE.unpack_from(body, 4 + 8 * i) for i in range(count))
-    for first, last in ranges:
-        if first > last:
-            raise DecodeError(f"NAK: range {first}..{last} is reversed")
-    return Nak(origin, ranges)
-
-
-def decode(packet: bytes) -> Message:
-    """Parse one packet; DecodeError (a ValueError) for anything truncated, foreign or inconsistent."""
-    kind, sender, seq, rnd, _ = _parse_header(packet)
-    return Message(kind, sender, seq, rnd, _decode_body(kind, memoryview(packet)[HEADER_SIZE:]))
-
-
-def header_fields(packet: bytes) -> dict[str, int | str]:
-    """The header of a packet as a flat dict with the keys HEADER_FIELDS (one row of the analysis' packet table).
-
-    Checks the header (magic, version, type, length against the packet size) but not the body."""
-    kind, sender, seq, rnd, length = _parse_header(packet)
+def header_fields(packet: bytes) -> dict[str, int | str | None]:
+    """The envelope and the protocol header of a packet as a flat dict with the keys HEADER_FIELDS plus
+    `protocol_name` (one row of the analysis' packet table). Checks the envelope, not the body."""
+    env = parse_envelope(packet)
+    codec = CODECS[env.protocol]
+    cols = codec.header_columns(env.type, memoryview(packet)[ENVELOPE_SIZE:])
     return {
         "version": VERSION,
-        "type": int(kind),
-        "type_name": kind.name,
-        "sender": sender,
-        "seq": seq,
-        "round": rnd,
-        "length": length,
+        "protocol": env.protocol,
+        "protocol_name": codec.name,
+        "type": env.type,
+        "type_name": codec.types(env.type).name,
+        "sender": env.sender,
+        "seq": cols.get("seq"),
+        "round": cols.get("round"),
+        "length": env.length,
     }
+
+
+def type_names() -> dict[tuple[str, int], str]:
+    """(protocol name, type number) -> type name, for every registered protocol."""
+    return {(c.name, int(t)): t.name for c in CODECS.values() for t in c.types}
+
+
+def load_all() -> None:
+    """Register every protocol shipped with the node (importing the package does it)."""
+    from . import protocols  # noqa: F401 - registers the codecs
+
+
+# Register the protocols shipped with the node (their wire modules only: no pydantic, no protocol logic). At the
+# bottom, so that their `from gossipnode import wire` finds this module complete.
+from .protocols import wires as _wires  # noqa: E402,F401

@@ -1,7 +1,59 @@
-"""Data messages: what a member has received from each sender (R) and what it buffers until stable. Pure."""
+"""Data messages, shared by every protocol that carries them. Pure.
+
+- `DataSource`: a sender's side of the workload (rate, size, per-sender sequence numbers from 1, start/stop).
+- `Receipts`: what a member has received from one sender (R: 1..r all arrived; what is ahead of the gap).
+- `MessageBuffer`: what a member keeps for retransmission until it may be discarded.
+- `nak_ranges` / `serve_nak`: NAK repair (ask for the gaps a later arrival revealed; answer from the buffer).
+
+The events every protocol logs for its data (so the generic analysis measures delivery and latency for all):
+`data_sent {seq, size, ...}` at the origin and `data_received {origin, seq, sender, repair, ...}` at each member
+on first receipt.
+"""
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .clocks import RateClock
+
+if TYPE_CHECKING:
+    from .config import Workload
+
+
+class DataSource:
+    """The workload of one sender: fixed-rate sends in the configured window, sequence numbers from 1, a payload
+    of `size_bytes - overhead` zero bytes (`overhead`: the protocol's headers before the payload)."""
+
+    def __init__(self, workload: Workload, overhead: int, now: float, rng: random.Random) -> None:
+        stop = now + workload.stop_s if workload.stop_s is not None else math.inf
+        self.rng = rng
+        self.clock = RateClock(1.0 / workload.rate_per_s, now + workload.start_s, stop, rng)
+        self.payload = bytes(max(0, workload.size_bytes - overhead))
+        self.size = overhead + len(self.payload)
+        self.seq = 0
+
+    @property
+    def due(self) -> float:
+        return self.clock.due
+
+    def next(self, now: float, floor: int = 0) -> tuple[int, int]:
+        """The send due now: (its seq, sends skipped because the timer fired late). `floor`: a seq already known
+        to the group (a restarted sender continues above what its group holds as stable)."""
+        self.seq = max(self.seq, floor) + 1
+        return self.seq, self.clock.advance(now)
+
+    def set_active(self, active: bool, now: float) -> str | None:
+        """Start (until stopped, whatever `stop_s` said) or stop sending now; the event to log, if anything
+        changed."""
+        if active and self.clock.due == math.inf:
+            self.clock = RateClock(self.clock.interval, now, math.inf, self.rng)
+            return "workload_started"
+        if not active and self.clock.due != math.inf:
+            self.clock.due = math.inf
+            return "workload_stopped"
+        return None
 
 
 class Receipts:
@@ -85,3 +137,20 @@ class MessageBuffer:
             self.bytes -= len(held.pop(s))
         self.count -= len(stale)
         return len(stale)
+
+
+def nak_ranges(receipts: Receipts, limit: int) -> list[tuple[int, int]]:
+    """The gaps to ask a sender (or a peer) for: up to `limit` inclusive ranges."""
+    return receipts.missing(limit)
+
+
+def serve_nak(buffer: MessageBuffer, origin: int, ranges: tuple[tuple[int, int], ...],
+              limit: int) -> list[tuple[int, bytes]]:
+    """What to retransmit in answer to a NAK: the buffered (seq, payload) in its ranges, at most `limit`."""
+    found: list[tuple[int, bytes]] = []
+    for first, last in ranges:
+        for item in buffer.held(origin, first, last):
+            found.append(item)
+            if len(found) == limit:
+                return found
+    return found

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dpkt
 
-from gossipnode import wire
+from gossipnode.protocols.gsgc import wire
 
 T0 = 1000.0
 ADDR = {"h0": "10.0.0.1", "h1": "10.0.0.2", "h2": "10.0.0.3", "h3": "10.0.0.4"}

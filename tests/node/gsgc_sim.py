@@ -12,10 +12,10 @@ import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gossipnode import wire
+from gossipnode.protocols.gsgc import wire
 from gossipnode.config import NodeConfig
-from gossipnode.core import Event, Output
-from gossipnode.gsgc import GsgcNode
+from gossipnode.protocols.base import Event, Output
+from gossipnode.protocols.gsgc.core import GsgcNode
 
 
 def make_configs(
@@ -43,7 +43,7 @@ def make_configs(
     senders = list(senders)
     common = {
         "members": members,
-        "gsgc": {"subgroup": subgroup, "step_s": step_s, "fail_k": fail_k, "local_groups": local_groups,
+        "protocol": {"name": "gsgc", "subgroup": subgroup, "step_s": step_s, "fail_k": fail_k, "local_groups": local_groups,
                  "multicast_stable": multicast_stable},
         "senders": senders,
         "workload": {"rate_per_s": rate_per_s, "size_bytes": size_bytes, "stop_s": stop_s} if senders else None,

@@ -15,8 +15,7 @@ def config(**overrides):
         "id": 1,
         "listen": "10.0.0.2:7000",
         "members": [{"id": i, "name": f"m{i}", "addr": f"10.0.0.{i + 1}:7000"} for i in range(4)],
-        "protocol": "gsgc",
-        "gsgc": {"subgroup": 2, "step_s": 0.5, "fail_k": 8},
+        "protocol": {"name": "gsgc", "subgroup": 2, "step_s": 0.5, "fail_k": 8},
         "senders": [0, 2],
         "workload": {"rate_per_s": 5, "size_bytes": 64, "start_s": 1, "stop_s": 10},
         "seed": 7,
@@ -35,16 +34,16 @@ def config(**overrides):
 def test_a_full_config_parses():
     cfg = NodeConfig.model_validate(config())
     assert cfg.n == 4
-    assert cfg.gsgc.subgroup == 2 and cfg.gsgc.fail_k == 8
-    assert cfg.gsgc.suspect_threshold == 6  # ceil(3 * 8 / 4)
+    assert cfg.protocol.subgroup == 2 and cfg.protocol.fail_k == 8
+    assert cfg.protocol.suspect_threshold == 6  # ceil(3 * 8 / 4)
     assert cfg.workload.stop_s == 10
     assert str(cfg.control) == "/tmp/ctl/m1.sock"
 
 
 def test_local_groups_parse():
     groups = [{"members": [0, 1], "controllers": [1]}, {"members": [2, 3], "controllers": [2, 3]}]
-    cfg = NodeConfig.model_validate(config(gsgc={"local_groups": groups}))
-    assert [g.controllers for g in cfg.gsgc.local_groups] == [[1], [2, 3]]
+    cfg = NodeConfig.model_validate(config(protocol={"local_groups": groups}))
+    assert [g.controllers for g in cfg.protocol.local_groups] == [[1], [2, 3]]
 
 
 @pytest.mark.parametrize(
@@ -58,14 +57,15 @@ def test_local_groups_parse():
         ({"senders": [0, 0]}, "distinct member ids"),
         ({"senders": [7]}, "distinct member ids"),
         ({"workload": None}, "no workload"),
-        ({"gsgc": {"local_groups": [{"members": [0, 1], "controllers": [0]}]}}, "partition the members"),
-        ({"gsgc": {"local_groups": [{"members": [0, 1], "controllers": [2]}, {"members": [2, 3], "controllers": [2]}]}},
+        ({"protocol": {"local_groups": [{"members": [0, 1], "controllers": [0]}]}}, "partition the members"),
+        ({"protocol": {"local_groups": [{"members": [0, 1], "controllers": [2]}, {"members": [2, 3], "controllers": [2]}]}},
          r"controllers \[2\] are not members"),
-        ({"gsgc": {"suspect_k": 9}}, "suspect_k"),
-        ({"gsgc": {"fail_k": 3}}, "greater than or equal to 4"),
-        ({"gsgc": {"typo": 1}}, "Extra inputs are not permitted"),
-        ({"protocol": "pbcast"}, "gsgc"),
-        ({"workload": {"size_bytes": 10}}, "greater than or equal to 18"),
+        ({"protocol": {"suspect_k": 9}}, "suspect_k"),
+        ({"protocol": {"fail_k": 3}}, "greater than or equal to 4"),
+        ({"protocol": {"typo": 1}}, "Extra inputs are not permitted"),
+        ({"protocol": {"name": "pbcast"}}, "does not match any of the expected tags: 'gsgc', 'direct'"),
+        ({"protocol": {"name": None}}, "name"),
+        ({"workload": {"size_bytes": 10}}, "below a GSGC DATA message's headers \\(19 bytes\\)"),
         ({"workload": {"start_s": 10, "stop_s": 5}}, "not after start_s"),
     ],
 )

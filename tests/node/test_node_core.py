@@ -5,9 +5,9 @@ import statistics
 
 import pytest
 
-from gossipnode.core import BadMessage
-from gossipnode.gsgc import GsgcNode
-from gossipnode.wire import Data, Gossip, Live, Message, MsgType, Nak, Stable
+from gossipnode.protocols.base import BadMessage
+from gossipnode.protocols.gsgc.core import GsgcNode
+from gossipnode.protocols.gsgc.wire import Data, Gossip, Live, Message, MsgType, Nak, Stable
 from gossipnode.workload import Receipts
 
 from .gsgc_sim import Sim, make_configs
@@ -185,7 +185,7 @@ def test_snapshot_is_plain_data():
 
 def _with_drop(p: float, n: int = 6, subgroup: int = 3) -> GsgcNode:
     cfg = make_configs(n, subgroup=subgroup)[0]
-    cfg = cfg.model_copy(update={"gsgc": cfg.gsgc.model_copy(update={"gossip_drop_p": p})})
+    cfg = cfg.model_copy(update={"protocol": cfg.protocol.model_copy(update={"gossip_drop_p": p})})
     return GsgcNode(cfg, 0.0)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gossipnode.failure import UNKNOWN, FailureDetector
+from gossipnode.protocols.gsgc.failure import UNKNOWN, FailureDetector
 
 from .gsgc_sim import Sim, make_configs
 

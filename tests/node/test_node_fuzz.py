@@ -10,10 +10,10 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gossipnode import wire
-from gossipnode.core import BadMessage
-from gossipnode.gsgc import GsgcNode
-from gossipnode.wire import Data, Gossip, Live, Message, MsgType, Nak, Stable
+from gossipnode.protocols.gsgc import wire
+from gossipnode.protocols.base import BadMessage
+from gossipnode.protocols.gsgc.core import GsgcNode
+from gossipnode.protocols.gsgc.wire import Data, Gossip, Live, Message, MsgType, Nak, Stable
 
 from .cluster import cluster, events, run_all
 from .gsgc_sim import make_configs

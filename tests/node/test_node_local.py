@@ -1,8 +1,8 @@
 """Local gossip (§5): local groups first, then the stability controllers; global S multicast and piggybacked."""
 from __future__ import annotations
 
-from gossipnode.gsgc import GsgcNode
-from gossipnode.wire import MsgType
+from gossipnode.protocols.gsgc.core import GsgcNode
+from gossipnode.protocols.gsgc.wire import MsgType
 
 from .gsgc_sim import Sim, make_configs
 

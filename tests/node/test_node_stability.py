@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from gossipnode.core import Output
-from gossipnode.gsgc import GsgcNode
-from gossipnode.stability import Branch, RoundState
-from gossipnode.wire import MAX_SEQ, Gossip, Message, MsgType
+from gossipnode.protocols.base import Output
+from gossipnode.protocols.gsgc.core import GsgcNode
+from gossipnode.protocols.gsgc.stability import Branch, RoundState
+from gossipnode.protocols.gsgc.wire import MAX_SEQ, Gossip, Message, MsgType
 
 from .gsgc_sim import make_configs
 

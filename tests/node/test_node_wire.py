@@ -1,4 +1,4 @@
-"""gossipnode.wire: round trips, sizes, header fields, and rejection of malformed packets."""
+"""GSGC on the wire (gossipnode.protocols.gsgc.wire inside the common envelope of gossipnode.wire): round trips, sizes, header fields, and rejection of malformed packets."""
 from __future__ import annotations
 
 import struct
@@ -7,8 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gossipnode import wire
-from gossipnode.wire import Data, DecodeError, Gossip, Live, Message, MsgType, Nak, Stable
+from gossipnode import wire as gwire
+from gossipnode.protocols.gsgc import wire
+from gossipnode.protocols.gsgc.wire import Data, DecodeError, Gossip, Live, Message, MsgType, Nak, Stable
 
 SAMPLES = [
     Message(MsgType.DATA, 3, 17, 0, Data(3, b"\x00" * 46)),
@@ -28,23 +29,26 @@ def test_round_trip(msg):
 
 def test_header_layout_is_fixed_and_big_endian():
     packet = wire.encode(Message(MsgType.STABLE, 0x0102, 0x03040506, 0x0708090A, Stable((1,))))
-    assert packet[:16] == b"GS" + bytes([1, MsgType.STABLE, 0x01, 0x02, 3, 4, 5, 6, 7, 8, 9, 10, 0, 6])
-    assert packet[16:] == b"\x00\x01\x00\x00\x00\x01"
+    # envelope: magic, version 2, protocol 1 (gsgc), type, sender, length of what follows (8 + 6)
+    assert packet[:9] == b"GS" + bytes([2, 1, MsgType.STABLE, 0x01, 0x02, 0, 14])
+    assert packet[9:17] == bytes([3, 4, 5, 6, 7, 8, 9, 10])  # GSGC header: seq, round
+    assert packet[17:] == b"\x00\x01\x00\x00\x00\x01"
+    assert wire.HEADER_SIZE == 17
 
 
 def test_header_fields_is_a_flat_row():
     packet = wire.encode(SAMPLES[3])
     row = wire.header_fields(packet)
-    assert tuple(row) == wire.HEADER_FIELDS
-    assert row == {"version": 1, "type": 4, "type_name": "GOSSIP", "sender": 1, "seq": 10, "round": 7,
-                   "length": len(packet) - 16}
+    assert tuple(k for k in row if k != "protocol_name") == gwire.HEADER_FIELDS
+    assert row == {"version": 2, "protocol": 1, "protocol_name": "gsgc", "type": 4, "type_name": "GOSSIP",
+                   "sender": 1, "seq": 10, "round": 7, "length": len(packet) - 9}
 
 
 @pytest.mark.parametrize("m", [1, 2, 5, 25])
 def test_gossip_for_1000_members_and_few_senders_is_under_400_bytes(m):
     msg = Message(MsgType.GOSSIP, 999, 1, 1, Gossip((7,) * m, (5,) * m, (1 << 1000) - 1, 1000))
     size = len(wire.encode(msg))
-    assert size == 16 + 4 + 8 * m + 125  # header, m/nbits, M and S (u32 each), 1000-bit W
+    assert size == 17 + 4 + 8 * m + 125  # headers, m/nbits, M and S (u32 each), 1000-bit W
     assert size < 400
 
 
@@ -53,8 +57,9 @@ def test_gossip_bitmap_is_lsb_first():
     assert packet[-2:] == bytes([0b0000_0001, 0b0000_0010])
 
 
-def _header(mtype=MsgType.STABLE, length=0, magic=b"GS", version=1):
-    return struct.pack("!2sBBHIIH", magic, version, mtype, 1, 1, 0, length)
+def _header(mtype=MsgType.STABLE, length=0, magic=b"GS", version=2, protocol=1):
+    """Envelope + GSGC header for a body of `length` bytes (the envelope counts the 8-byte GSGC header too)."""
+    return struct.pack("!2sBBBHHII", magic, version, protocol, mtype, 1, length + 8, 1, 0)
 
 
 @pytest.mark.parametrize(
@@ -63,9 +68,11 @@ def _header(mtype=MsgType.STABLE, length=0, magic=b"GS", version=1):
         (b"", "truncated packet: 0 bytes"),
         (b"GS\x01", "truncated packet: 3 bytes"),
         (_header(magic=b"XX") + b"\x00\x00", "foreign packet"),
-        (_header(version=2) + b"\x00\x00", "unsupported wire version 2"),
-        (_header(mtype=99) + b"\x00\x00", "unknown message type 99"),
-        (_header(length=0xFFFF) + b"\x00\x00", "truncated: header says the body has 65535 bytes, the packet carries 2"),
+        (_header(version=1) + b"\x00\x00", "unsupported wire version 1"),
+        (_header(protocol=200) + b"\x00\x00", "unknown protocol id 200"),
+        (_header(mtype=99) + b"\x00\x00", "gsgc: unknown message type 99"),
+        (_header(length=0xFFF0) + b"\x00\x00", "truncated: the envelope says 65528 bytes follow, the packet carries 10"),
+        (b"GS\x02\x01\x06\x00\x01\x00\x04" + b"\x00" * 4, "the GSGC header alone is 8"),
         (_header(length=1) + b"\x00\x00", "trailing bytes"),
         (_header(length=2) + b"\x00\x05", "STABLE with m=5: body must be 22 bytes"),
         (_header(MsgType.LIVE, 2) + b"\xff\xff", "LIVE with n=65535"),

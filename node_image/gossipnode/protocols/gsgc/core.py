@@ -16,76 +16,34 @@ the missed steps and logs how many; it never fires them in a burst. The workload
 """
 from __future__ import annotations
 
-import math
-import random
+
 from collections import Counter
 from typing import Any
 
-from .config import MIN_DATA_SIZE, NodeConfig
-from .core import BadMessage, Output
+from gossipnode.clocks import StepClock
+from gossipnode.config import NodeConfig
+from gossipnode.protocols.base import BadMessage, Core, Output, seeded_rng
+from gossipnode.workload import DataSource, MessageBuffer, Receipts, nak_ranges, serve_nak
+
 from .failure import FailureDetector
 from .stability import Branch, Completion, RoundState, array_max
-from .wire import MAX_SEQ, Body, Data, Gossip, Live, Message, MsgType, Nak, Stable
-from .workload import MessageBuffer, Receipts
+from .wire import MAX_SEQ, MIN_DATA_SIZE, Body, Data, Gossip, Live, Message, MsgType, Nak, Stable
 
 NAK_RANGES = 16  # missing-seq ranges one NAK asks for
 REPAIRS_PER_NAK = 32  # retransmissions sent in answer to one NAK
 
 
-class StepClock:
-    """Steps of `interval` seconds from `origin`; step k fires once at a random point inside [k, k+1)."""
+class GsgcNode(Core):
+    name = "gsgc"
 
-    def __init__(self, interval: float, origin: float, rng: random.Random) -> None:
-        self.interval = interval
-        self.origin = origin
-        self.rng = rng
-        self.index = 0
-        self.due = origin + rng.random() * interval
-
-    def advance(self, now: float) -> int:
-        """The step at `due` has fired at `now`: schedule the next one. Returns how many steps were skipped.
-
-        A firing more than a whole interval late (the process was stopped or starved) stands for the step in
-        progress; the steps in between are skipped."""
-        if now - self.due > self.interval:
-            nxt = int((now - self.origin) // self.interval) + 1
-        else:
-            nxt = self.index + 1
-        skipped = nxt - self.index - 1
-        self.index = nxt
-        self.due = self.origin + (nxt + self.rng.random()) * self.interval
-        return skipped
-
-
-class RateClock:
-    """A fixed-rate send schedule in [start, stop), first send at a random phase within one interval."""
-
-    def __init__(self, interval: float, start: float, stop: float, rng: random.Random) -> None:
-        self.interval = interval
-        self.stop = stop
-        self.due = start + rng.random() * interval
-        if self.due >= stop:
-            self.due = math.inf
-
-    def advance(self, now: float) -> int:
-        nxt = self.due + self.interval
-        skipped = 0
-        if nxt <= now:
-            skipped = int((now - nxt) // self.interval) + 1
-            nxt += skipped * self.interval
-        self.due = nxt if nxt < self.stop else math.inf
-        return skipped
-
-
-class GsgcNode:
     def __init__(self, cfg: NodeConfig, now: float) -> None:
         """Create the member and start the protocol at `now`."""
-        p = cfg.gsgc
+        p = cfg.protocol
         self.cfg = cfg
         self.me = cfg.id
         self.n = cfg.n
         self.b = p.subgroup
-        self.rng = random.Random(f"gsgc/{cfg.seed}/{cfg.id}")
+        self.rng = seeded_rng("gsgc", cfg.seed, cfg.id)
         self.senders = list(cfg.senders)
         self.m = len(self.senders)
         self.receipts = {s: Receipts() for s in self.senders}
@@ -128,12 +86,9 @@ class GsgcNode:
 
         self.main_clock = StepClock(p.step_s, now, self.rng)
         self.sc_clock = StepClock(p.sc_step_s or p.step_s, now, self.rng) if self.is_sc else None
-        self.workload_clock: RateClock | None = None
+        self.source: DataSource | None = None
         if self.me in self.senders and cfg.workload is not None:
-            w = cfg.workload
-            stop = now + w.stop_s if w.stop_s is not None else math.inf
-            self.workload_clock = RateClock(1.0 / w.rate_per_s, now + w.start_s, stop, self.rng)
-            self._payload = bytes(w.size_bytes - MIN_DATA_SIZE)
+            self.source = DataSource(cfg.workload, MIN_DATA_SIZE, now, self.rng)
         self.startup = Output()  # events of the start itself, for the runtime to log
         self.startup.log(now, "round_started", level=self.level, round=0, via="start")
         if self.sc is not None:
@@ -161,7 +116,7 @@ class GsgcNode:
     def _drop_at_sender(self, targets: list[int]) -> list[int]:
         """Simulation II's sender drops: each GOSSIP copy is lost before it leaves with probability
         `gossip_drop_p` (counted as `gossip_dropped`; the RNG is only drawn when the probability is set)."""
-        p = self.cfg.gsgc.gossip_drop_p
+        p = self.cfg.protocol.gossip_drop_p
         if not p:
             return targets
         kept = [t for t in targets if self.rng.random() >= p]
@@ -226,7 +181,7 @@ class GsgcNode:
         assert done.array is not None
         if self.level == "global":
             self._raise_stability(done.array, "constructed", done.round, now, out)
-            if self.cfg.gsgc.multicast_stable:
+            if self.cfg.protocol.multicast_stable:
                 out.send.extend(self._multicast_stable(done.round))
         else:
             self.local_stability = done.array
@@ -277,25 +232,24 @@ class GsgcNode:
     # ---- data ------------------------------------------------------------------------------------------------
 
     def _send_data(self, now: float, out: Output) -> None:
-        seq = self.receipts[self.me].r + 1
+        assert self.source is not None
+        seq, skipped = self.source.next(now, floor=self.receipts[self.me].r)
         self.receipts[self.me].add(seq)
-        self.buffer.put(self.me, seq, self._payload)
-        msg = Message(MsgType.DATA, self.me, seq, 0, Data(self.me, self._payload))
+        self.buffer.put(self.me, seq, self.source.payload)
+        msg = Message(MsgType.DATA, self.me, seq, 0, Data(self.me, self.source.payload))
         out.send.extend((j, msg) for j in self._everyone_else)
         self.counters["sent_data"] += 1
-        out.log(now, "data_sent", seq=seq, size=MIN_DATA_SIZE + len(self._payload), fanout=len(self._everyone_else))
+        out.log(now, "data_sent", seq=seq, size=self.source.size, fanout=len(self._everyone_else))
+        self._skipped("workload", skipped, now, out)
 
     def set_workload(self, active: bool, now: float) -> Output:
         """Start (until stopped, whatever `stop_s` says) or stop this sender's data messages now."""
-        if self.workload_clock is None:
+        if self.source is None:
             raise ValueError(f"member {self.me} is not a sender")
         out = Output()
-        if active and self.workload_clock.due == math.inf:
-            self.workload_clock = RateClock(self.workload_clock.interval, now, math.inf, self.rng)
-            out.log(now, "workload_started")
-        elif not active and self.workload_clock.due != math.inf:
-            self.workload_clock.due = math.inf
-            out.log(now, "workload_stopped")
+        event = self.source.set_active(active, now)
+        if event is not None:
+            out.log(now, event)
         return out
 
     def _on_data(self, msg: Message, d: Data, now: float, out: Output) -> None:
@@ -310,7 +264,7 @@ class GsgcNode:
         for origin in self.senders:
             if origin == self.me:
                 continue
-            ranges = self.receipts[origin].missing(NAK_RANGES)
+            ranges = nak_ranges(self.receipts[origin], NAK_RANGES)
             if not ranges:
                 continue
             if self._alive(origin):
@@ -322,14 +276,9 @@ class GsgcNode:
             out.send.append((target, self._control(MsgType.NAK, self.main.round, Nak(origin, tuple(ranges)))))
 
     def _on_nak(self, msg: Message, nak: Nak, out: Output) -> None:
-        sent = 0
-        for first, last in nak.ranges:
-            for seq, payload in self.buffer.held(nak.origin, first, last):
-                out.send.append((msg.sender, Message(MsgType.REPAIR, self.me, seq, 0, Data(nak.origin, payload))))
-                self.counters["sent_repair"] += 1
-                sent += 1
-                if sent == REPAIRS_PER_NAK:
-                    return
+        for seq, payload in serve_nak(self.buffer, nak.origin, nak.ranges, REPAIRS_PER_NAK):
+            out.send.append((msg.sender, Message(MsgType.REPAIR, self.me, seq, 0, Data(nak.origin, payload))))
+            self.counters["sent_repair"] += 1
 
     # ---- the interface the runtime drives --------------------------------------------------------------------
 
@@ -378,8 +327,8 @@ class GsgcNode:
         due = self.main_clock.due
         if self.sc_clock is not None:
             due = min(due, self.sc_clock.due)
-        if self.workload_clock is not None:
-            due = min(due, self.workload_clock.due)
+        if self.source is not None:
+            due = min(due, self.source.due)
         return due
 
     def tick(self, now: float) -> Output:
@@ -391,15 +340,13 @@ class GsgcNode:
         if self.sc_clock is not None and now >= self.sc_clock.due:
             self._merge(out, self.sc_step(now))
             self._skipped("sc_step", self.sc_clock.advance(now), now, out)
-        if self.workload_clock is not None and now >= self.workload_clock.due:
+        if self.source is not None and now >= self.source.due:
             self._send_data(now, out)
-            self._skipped("workload", self.workload_clock.advance(now), now, out)
         return out
 
     @staticmethod
     def _merge(into: Output, other: Output) -> None:
-        into.send.extend(other.send)
-        into.events.extend(other.events)
+        into.merge(other)
 
     @staticmethod
     def _skipped(timer: str, missed: int, now: float, out: Output) -> None:
@@ -437,7 +384,7 @@ class GsgcNode:
             if body.nbits != n_groups:
                 raise BadMessage(f"SC_GOSSIP W has {body.nbits} bits, there are {n_groups} groups")
 
-    def receive(self, msg: Message, now: float) -> Output:
+    def receive(self, msg: Message, now: float, via: str = "udp") -> Output:
         """Handle one decoded message. BadMessage (before any state changes) if this member cannot accept it."""
         self._validate(msg)
         out = Output()

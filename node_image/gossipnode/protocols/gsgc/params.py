@@ -1,0 +1,69 @@
+"""GSGC's parameters: the `protocol:` section of a node config with `name: gsgc`."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gossipnode.model import Strict
+
+
+class LocalGroup(Strict):
+    """One local group of §5: its members and its stability controllers (SCs, a subset of the members)."""
+
+    members: list[int] = Field(min_length=1)
+    controllers: list[int] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _controllers_are_members(self) -> LocalGroup:
+        if len(set(self.members)) != len(self.members):
+            raise ValueError(f"local group {self.members} lists a member twice")
+        outside = sorted(set(self.controllers) - set(self.members))
+        if outside:
+            raise ValueError(f"controllers {outside} are not members of their local group {self.members}")
+        if len(set(self.controllers)) != len(self.controllers):
+            raise ValueError(f"controllers {self.controllers} list a member twice")
+        return self
+
+
+class GsgcParams(Strict):
+    name: Literal["gsgc"]
+    subgroup: int = Field(ge=1, description="b: gossip targets per step")
+    step_s: float = Field(gt=0, description="step interval")
+    fail_k: int | None = Field(
+        default=None, ge=4, le=254, description="K: declare a member failed at L[j] >= K; None: no failure detection"
+    )
+    suspect_k: int | None = Field(default=None, ge=1, description="log `suspected` at L[j] >= this; default ceil(3K/4)")
+    local_groups: list[LocalGroup] | None = Field(default=None, description="§5 local gossip; None: global gossip")
+    sc_step_s: float | None = Field(default=None, gt=0, description="step interval among SCs; default step_s")
+    multicast_stable: bool = Field(
+        default=False, description="global gossip: the member that constructs S also sends it to every member"
+    )
+    gossip_drop_p: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="drop each GOSSIP at the sender with this probability (the paper's Simulation II sender drops)",
+    )
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> GsgcParams:
+        if self.suspect_k is not None and (self.fail_k is None or not self.fail_k // 2 < self.suspect_k < self.fail_k):
+            raise ValueError("suspect_k needs fail_k and must lie between fail_k // 2 and fail_k (exclusive)")
+        return self
+
+    @property
+    def suspect_threshold(self) -> int | None:
+        if self.fail_k is None:
+            return None
+        return self.suspect_k if self.suspect_k is not None else -(-3 * self.fail_k // 4)
+
+    def check(self, cfg: "NodeConfig") -> None:  # noqa: F821 - the node config, checked as a whole
+        """What only the whole config can tell (ValueError)."""
+        from .wire import MIN_DATA_SIZE
+
+        if cfg.workload is not None and cfg.workload.size_bytes < MIN_DATA_SIZE:
+            raise ValueError(f"workload size_bytes {cfg.workload.size_bytes} is below a GSGC DATA message's "
+                             f"headers ({MIN_DATA_SIZE} bytes)")
+        if self.local_groups is not None:
+            grouped = sorted(i for g in self.local_groups for i in g.members)
+            if grouped != sorted(m.id for m in cfg.members):
+                raise ValueError("local_groups must partition the members (every member in exactly one group)")
