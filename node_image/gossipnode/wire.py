@@ -60,6 +60,7 @@ class Layout:
     name: str
     body: tuple[F, ...]
     doc: str = ""
+    data: bool = False  # carries application data (the analysis counts every other type as control overhead)
 
 
 @dataclass
@@ -171,6 +172,11 @@ def header_fields(packet: bytes) -> dict[str, int | str | None]:
         "round": cols.get("round"),
         "length": env.length,
     }
+
+
+def data_types() -> dict[str, set[str]]:
+    """Protocol name -> the names of its message types that carry application data."""
+    return {c.name: {lay.name for lay in c.layouts if lay.data} for c in CODECS.values()}
 
 
 def type_names() -> dict[tuple[str, int], str]:

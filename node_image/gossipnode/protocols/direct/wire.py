@@ -55,7 +55,7 @@ def _header_columns(_mtype: int, rest: memoryview) -> dict[str, int | None]:
 
 CODEC = wire.register(wire.Codec(
     id=PROTOCOL_ID, name="direct", types=MsgType, header=(F("seq", "u32"),),
-    layouts=(Layout(MsgType.DATA, "DATA", (F("payload", "bytes", "rest"),), "a data message from its sender"),),
+    layouts=(Layout(MsgType.DATA, "DATA", (F("payload", "bytes", "rest"),), "a data message from its sender", data=True),),
     encode=_encode, decode=_decode, header_columns=_header_columns,
 ))
 Data.CODEC = CODEC  # type: ignore[attr-defined]

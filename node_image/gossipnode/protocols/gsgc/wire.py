@@ -215,8 +215,8 @@ CODEC = wire.register(wire.Codec(
     id=PROTOCOL_ID, name="gsgc", types=MsgType,
     header=(F("seq", "u32"), F("round", "u32")),
     layouts=(
-        Layout(MsgType.DATA, "DATA", _DATA, "a data message from its origin"),
-        Layout(MsgType.REPAIR, "REPAIR", _DATA, "a retransmission (answer to a NAK)"),
+        Layout(MsgType.DATA, "DATA", _DATA, "a data message from its origin", data=True),
+        Layout(MsgType.REPAIR, "REPAIR", _DATA, "a retransmission (answer to a NAK)", data=True),
         Layout(MsgType.NAK, "NAK", (F("origin", "u16"), F("count", "u16"), F("ranges", "u32", "count*2"))),
         Layout(MsgType.GOSSIP, "GOSSIP", _GOSSIP, "Figure 2's gossip"),
         Layout(MsgType.SC_GOSSIP, "SC_GOSSIP", _GOSSIP, "§5's gossip among stability controllers"),
