@@ -17,6 +17,7 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.errors import PlanError
+from orchestrator.mcast.tree import Group, build_groups
 from orchestrator.shaping.params import DirParams
 from orchestrator.spec import Experiment, SparseMembers
 
@@ -64,6 +65,7 @@ class NetworkPlan:
     links: list[Link]
     routes: dict[str, list[Route]]
     seed: int
+    groups: list[Group] = field(default_factory=list)     # multicast groups (orchestrator/mcast/tree.py)
     _by_name: dict[str, Node] = field(default_factory=dict, repr=False, compare=False)
     _links_by_node: dict[str, list[Link]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -118,6 +120,8 @@ class NetworkPlan:
             "nodes": [asdict(n) for n in self.nodes],
             "links": [asdict(lk) for lk in self.links],
             "routes": {k: [asdict(r) for r in v] for k, v in self.routes.items()},
+            # Only when there are groups: plans without `multicast:` stay byte-identical to older ones.
+            **({"groups": [g.to_json() for g in self.groups]} if self.groups else {}),
         }
 
     def to_json(self) -> str:
@@ -132,7 +136,8 @@ class NetworkPlan:
         links = [Link(**{**lk, "down": DirParams.from_json(lk["down"]), "up": DirParams.from_json(lk["up"])})
                  for lk in d["links"]]
         routes = {k: [Route(**r) for r in v] for k, v in d["routes"].items()}
-        return cls(nodes=nodes, links=links, routes=routes, seed=d["seed"])
+        return cls(nodes=nodes, links=links, routes=routes, seed=d["seed"],
+                   groups=[Group.from_json(g) for g in d.get("groups", [])])
 
 
 def tree_parents(n: int, degree: int) -> list[int | None]:
@@ -263,7 +268,9 @@ def build_plan(exp: Experiment) -> NetworkPlan:
                           child_if=c_if, parent_addr=pa, child_addr=ca, down=link_down[c], up=link_up[c]))
         routes[names[p]].append(Route(dst=block(c), via=ca, dev=p_if, src=ip(addr[p])))
         routes[names[c]].insert(0, Route(dst="default", via=pa, dev=c_if, src=ip(addr[c])))
-    return NetworkPlan(nodes=nodes, links=links, routes=routes, seed=exp.seed)
+    plan = NetworkPlan(nodes=nodes, links=links, routes=routes, seed=exp.seed)
+    plan.groups = build_groups(exp.multicast, plan)
+    return plan
 
 
 def _size(children: list[list[int]], i: int) -> int:

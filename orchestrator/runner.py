@@ -153,6 +153,11 @@ class Runner:
             # One capture per member on all its interfaces, filtered to its own traffic: every packet the
             # member sends or receives appears once, forwarded traffic of interior members does not.
             targets = [(m.name, "any", ["host", m.address]) for m in self.plan.members]
+            if self.plan.groups:
+                # Group packets it receives, once: inbound on the tree link they arrive on (the copy the kernel
+                # then loops back through mc0 is never seen by a capture; copies it forwards are outbound).
+                targets = [(n, i, f + ["or", "(", "dst", "net", "224.0.0.0/4", "and", "inbound", ")"])
+                           for n, i, f in targets]
         else:
             for lk in self.plan.links:
                 targets += [(lk.parent, lk.parent_if, []), (lk.child, lk.child_if, [])]

@@ -14,6 +14,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
                       model_validator)
 
 from orchestrator.errors import SpecError
+from orchestrator.mcast.spec import MulticastSpec
 from orchestrator.shaping.params import DirParams, GilbertElliott
 from orchestrator.units import parse_probability, parse_rate, parse_time
 
@@ -172,6 +173,7 @@ class Experiment(Strict):
     seed: int = 1
     # Parameter axes and repetitions for `orchestrator sweep` (validated by orchestrator.sweep; `run` ignores it).
     sweep: dict[str, Any] | None = None
+    multicast: MulticastSpec | None = None   # IP multicast groups (orchestrator/mcast, docs/multicast.md)
 
     @field_validator("name")
     @classmethod

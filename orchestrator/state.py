@@ -31,6 +31,7 @@ class LabState:
     namespaces: list[str] = field(default_factory=list)   # every namespace we (may) have created
     capabilities: dict = field(default_factory=dict)
     delayline: dict | None = None       # {"pid", "control", "config"} when the delay line runs
+    mroute: dict | None = None          # {"pid", "control", "config", ...}: the multicast daemon (mcast/)
     warnings: list[str] = field(default_factory=list)
     link_overrides: dict = field(default_factory=dict)    # live changes: "<link>/<dir>" -> DirParams json | "cut"
     backend_data: dict = field(default_factory=dict)      # what else a backend created (e.g. Docker containers)

@@ -26,6 +26,7 @@ from mininet.node import Node as MininetNode
 from orchestrator.backends import netns
 from orchestrator.backends.base import Backend, Progress
 from orchestrator.errors import BackendError, DelayLineDied
+from orchestrator.mcast import realise as mcast
 from orchestrator.plan import Link, NetworkPlan
 from orchestrator.shaping import delayline, render
 from orchestrator.shaping.params import DirParams
@@ -156,6 +157,11 @@ class MininetBackend(Backend):
 
         progress.start("addresses, routes, shaping", len(names))
         netns.parallel(configure, names, on_done=lambda: progress.advance("addresses, routes, shaping"))
+        if plan.groups:
+            # After the links exist: the daemon registers them (and each member's mc0) as multicast interfaces.
+            progress.note("multicast routing ...")
+            mcast.prepare_namespaces(plan, lambda n: ns_name(lab, n))
+            mcast.start(plan, state, lambda n: ns_name(lab, n))
         state.status = "up"
         state.save()
 
@@ -177,7 +183,8 @@ class MininetBackend(Backend):
         progress.advance("processes")
         if stuck:
             raise BackendError(f"processes {stuck[:5]} inside the lab did not die")
-        # The delay line holds the namespaces' queues: stop it before deleting them.
+        # The delay line and the multicast daemon hold sockets in the namespaces: stop them before deleting them.
+        mcast.stop(state)
         self._stop_delayline(state)
         progress.start("namespaces", len(present))
         netns.delete_namespaces(present)
@@ -256,9 +263,11 @@ class MininetBackend(Backend):
             pid = state.delayline.get("pid")
             if not pid or not _is_delayline(pid, state):
                 problems.append(f"the delay line (pid {pid}) is not running: links are blackholed")
-        return problems
+        return problems + mcast.health(state)
 
     def check(self, state: LabState) -> None:
+        if mcast.health(state):
+            raise BackendError(mcast.health(state)[0])
         if state.shaper != "delayline":
             return
         pid = (state.delayline or {}).get("pid")

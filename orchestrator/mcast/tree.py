@@ -1,0 +1,279 @@
+"""Multicast groups in the plan (pure): each group's static shared tree, the kernel routes realising it, and what
+each member's node must do to send and receive (`member_endpoints`).
+
+The tree rule. A group's tree is the smallest subtree of the topology tree that spans the group's members: the
+link (parent, child) is on it iff the child's subtree holds some but not all of the group's members. Every node
+on it (routers that are not members included) forwards a group packet once on every tree link except the one it
+came from; a packet therefore crosses each tree link once, away from its sender, and no other link.
+
+How the kernel does it (docs/multicast.md has what was measured): every node on a tree runs the kernel's
+multicast forwarding (ipmr) with one (S,G) entry per sender S of the group: incoming interface = the tree link
+towards S, outgoing = the other tree links. A member also has `mc0`, a veth whose peer `mc0p` stays down (so
+nothing is ever transmitted on it, and it is never shaped): its node sends on it (IP_MULTICAST_IF) and joins the
+group on it. The kernel loops a member's own packet back through mc0 into ipmr (entry (self, G) with incoming
+interface mc0), which forwards it onto the tree links, each copy shaped once by the link's egress. A packet from
+elsewhere is forwarded onto mc0 too (every (S,G) with S != self has mc0 among its outgoing interfaces); the
+kernel delivers that copy locally (looped back, never transmitted) exactly once, whatever link it came in on.
+Members never join on the links: a copy forwarded out of a link the node has joined on is looped back through
+that link's POSTROUTING hook (the delay line would queue it) and delivered a second time.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import PlanError
+
+if TYPE_CHECKING:  # plan.py imports this module
+    from orchestrator.mcast.spec import MulticastSpec
+    from orchestrator.plan import NetworkPlan
+
+SEND_IF = "mc0"          # the member's local multicast interface (a veth; its peer stays down)
+SEND_IF_PEER = "mc0p"
+MAXVIFS = 32             # the kernel's ipmr limit on interfaces per namespace (include/linux/mroute_base.h)
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    address: str
+    port: int
+    ttl: int                    # the senders' TTL: the tree's diameter in hops + 2 (the last hop is into mc0)
+    members: tuple[str, ...]    # pre-order
+    senders: tuple[str, ...]    # pre-order; each gets an (S,G) route on every tree node
+    nodes: tuple[str, ...]      # the tree's nodes, pre-order (members and the routers between them)
+    links: tuple[str, ...]      # the tree's link ids, in plan order
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "address": self.address, "port": self.port, "ttl": self.ttl,
+                "members": list(self.members), "senders": list(self.senders), "nodes": list(self.nodes),
+                "links": list(self.links)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Group":
+        return cls(name=d["name"], address=d["address"], port=int(d["port"]), ttl=int(d["ttl"]),
+                   members=tuple(d["members"]), senders=tuple(d["senders"]), nodes=tuple(d["nodes"]),
+                   links=tuple(d["links"]))
+
+
+def _names(plan: "NetworkPlan", value, what: str) -> list[str]:
+    members = [n.name for n in plan.members]
+    if value == "all":
+        return members
+    for x in value:
+        try:
+            node = plan.node(x)
+        except PlanError:
+            raise PlanError(f"{what}: no node named {x!r}") from None
+        if node.role != "member":
+            raise PlanError(f"{what}: {x!r} is a router, not a member (members are h<i>)")
+    return sorted(value, key=lambda x: plan.node(x).index)
+
+
+def _spans(plan: "NetworkPlan") -> dict[str, tuple[int, int]]:
+    """Each node's subtree as a pre-order index range [lo, hi) (computed once per plan)."""
+    spans = getattr(plan, "_mc_spans", None)
+    if spans is None:
+        size = [1] * len(plan.nodes)
+        for n in reversed(plan.nodes):             # children follow their parent in pre-order
+            for c in n.children:
+                size[n.index] += size[plan.node(c).index]
+        spans = {n.name: (n.index, n.index + size[n.index]) for n in plan.nodes}
+        object.__setattr__(plan, "_mc_spans", spans)
+    return spans
+
+
+def _below(plan: "NetworkPlan", node: str, root: str) -> bool:
+    lo, hi = _spans(plan)[root]
+    return lo <= plan.node(node).index < hi
+
+
+def steiner_links(plan: "NetworkPlan", members: list[str]) -> list[str]:
+    """Link ids of the smallest subtree spanning `members`: the link to child c is on it iff c's subtree holds
+    some but not all of them (pre-order: a subtree is one index range)."""
+    idx = sorted(plan.node(m).index for m in members)
+    total = len(idx)
+    out = []
+    spans = _spans(plan)
+    for lk in plan.links:
+        lo, hi = spans[lk.child]
+        inside = _count_between(idx, lo, hi)
+        if 0 < inside < total:
+            out.append(lk.id)
+    return out
+
+
+def _count_between(sorted_xs: list[int], lo: int, hi: int) -> int:
+    import bisect
+
+    return bisect.bisect_left(sorted_xs, hi) - bisect.bisect_left(sorted_xs, lo)
+
+
+def _diameter(adj: dict[str, list[str]], start: str) -> int:
+    def farthest(src: str) -> tuple[str, int]:
+        dist, frontier = {src: 0}, [src]
+        while frontier:
+            nxt = []
+            for v in frontier:
+                for w in adj[v]:
+                    if w not in dist:
+                        dist[w] = dist[v] + 1
+                        nxt.append(w)
+            frontier = nxt
+        far = max(dist, key=lambda v: (dist[v], v))
+        return far, dist[far]
+    a, _ = farthest(start)
+    return farthest(a)[1]
+
+
+def build_groups(spec: "MulticastSpec | None", plan: "NetworkPlan") -> list[Group]:
+    """The groups of the experiment's `multicast:` section on `plan` (PlanError, exit 2, for bad member names or
+    a node that would need more than the kernel's 32 multicast interfaces)."""
+    if spec is None:
+        return []
+    groups = []
+    for k, g in enumerate(spec.groups):
+        members = _names(plan, g.members, f"multicast.groups[{k}].members")
+        senders = _names(plan, g.senders, f"multicast.groups[{k}].senders")
+        extra = [s for s in senders if s not in members]
+        if extra:
+            raise PlanError(f"multicast.groups[{k}].senders: {extra} are not members of group {g.name!r}")
+        links = steiner_links(plan, members)
+        on = {members[0]}
+        adj: dict[str, list[str]] = {members[0]: []}
+        for lid in links:
+            lk = _link(plan, lid)
+            on |= {lk.parent, lk.child}
+            adj.setdefault(lk.parent, []).append(lk.child)
+            adj.setdefault(lk.child, []).append(lk.parent)
+        nodes = sorted(on, key=lambda x: plan.node(x).index)
+        groups.append(Group(name=g.name, address=g.address, port=g.port, ttl=_diameter(adj, members[0]) + 2,
+                            members=tuple(members), senders=tuple(senders), nodes=tuple(nodes),
+                            links=tuple(links)))
+    for n in plan.nodes:
+        count = len(vifs(plan, n.name, groups))
+        if count > MAXVIFS:
+            raise PlanError(f"multicast: node {n.name} would need {count} multicast interfaces; the kernel allows "
+                            f"{MAXVIFS} (lower topology.degree or the groups' spread)")
+    return groups
+
+
+def _link(plan: "NetworkPlan", link_id: str):
+    parent, _, child = link_id.partition("-")
+    return plan.link_of(parent, child)
+
+
+def _ifname(link, node: str) -> str:
+    return link.parent_if if link.parent == node else link.child_if
+
+
+def tree_ifs(plan: "NetworkPlan", group: Group, node: str) -> list[str]:
+    """`node`'s interfaces on `group`'s tree, in the order of `plan.links_of(node)`."""
+    on = set(group.links)
+    return [_ifname(lk, node) for lk in plan.links_of(node) if lk.id in on]
+
+
+def is_local_member(plan: "NetworkPlan", node: str, groups: list[Group] | None = None) -> bool:
+    """Does `node` need mc0 (is it a member of some group)?"""
+    return any(node in g.members for g in (plan.groups if groups is None else groups))
+
+
+def vifs(plan: "NetworkPlan", node: str, groups: list[Group] | None = None) -> list[str]:
+    """The interfaces registered with the node's ipmr, in vif-index order: mc0 first (members of a group),
+    then every link on some group's tree, in `plan.links_of` order. Empty: the node takes no part."""
+    groups = plan.groups if groups is None else groups
+    on = {lid for g in groups for lid in g.links}
+    out = [SEND_IF] if is_local_member(plan, node, groups) else []
+    return out + [_ifname(lk, node) for lk in plan.links_of(node) if lk.id in on]
+
+
+def towards(plan: "NetworkPlan", group: Group, node: str, sender: str) -> str:
+    """The interface of `node` on the tree path to `sender` (mc0 when node is the sender)."""
+    if node == sender:
+        return SEND_IF
+    me = plan.node(node)
+    for lk in plan.links_of(node):
+        if lk.parent == node and _below(plan, sender, lk.child):     # a child link with the sender below it
+            return lk.parent_if
+    if not _below(plan, sender, node) and me.parent is not None:
+        return plan.link_of(me.parent, node).child_if
+    raise PlanError(f"{sender} is not reachable from {node}")
+
+
+@dataclass(frozen=True)
+class MfcEntry:
+    """One (S,G) route of one node: packets from `origin` to `group` arriving on `iif` go out of every `oifs`."""
+
+    group: str
+    origin: str
+    iif: str
+    oifs: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"group": self.group, "origin": self.origin, "iif": self.iif, "oifs": list(self.oifs)}
+
+
+def mfc_entries(plan: "NetworkPlan", node: str) -> list[MfcEntry]:
+    """Every (S,G) route `node` needs: one per sender of each group whose tree holds the node."""
+    out = []
+    for g in plan.groups:
+        if node not in g.nodes:
+            continue
+        ifs = tree_ifs(plan, g, node)
+        local = node in g.members
+        for s in g.senders:
+            iif = towards(plan, g, node, s)
+            oifs = [i for i in ifs if i != iif] + ([SEND_IF] if local and s != node else [])
+            out.append(MfcEntry(group=g.address, origin=plan.node(s).address, iif=iif, oifs=tuple(oifs)))
+    return out
+
+
+def node_mroute(plan: "NetworkPlan", node: str) -> dict | None:
+    """What the multicast daemon installs in `node`'s namespace: {"vifs": [ifname...], "mfc": [...]}; None when
+    the node is on no group's tree."""
+    v = vifs(plan, node)
+    if not v:
+        return None
+    return {"vifs": v, "mfc": [e.to_json() for e in mfc_entries(plan, node)]}
+
+
+def member_endpoints(plan: "NetworkPlan", member_name: str) -> list[dict]:
+    """For each group `member_name` belongs to (plan order), what its node must do:
+
+    - `name`, `address` (the group), `port`: bind a UDP socket to (address, port) with SO_REUSEADDR to receive;
+      send to (address, port).
+    - `ttl`: IP_MULTICAST_TTL of the sending socket: the tree's diameter + 2. The kernel forwards only packets
+      whose TTL exceeds 1, decrementing it, and the local delivery at the farthest member is itself a forward
+      (onto mc0), so a packet must arrive there with TTL 2.
+    - `send_if`: IP_MULTICAST_IF of the sending socket (ip_mreqn with this interface's index). Keep
+      IP_MULTICAST_LOOP at its default (1): the kernel forwards a local packet only through its looped-back copy.
+      The sender therefore also receives its own packets once: drop datagrams whose source is `source`.
+    - `join_ifs`: IP_ADD_MEMBERSHIP (ip_mreqn: group, ifindex of each) on the receiving socket. Only mc0: the
+      kernel delivers every group packet there once, whatever tree link it arrived on; joining a link as well
+      would deliver duplicates.
+    - `source`: the member's own address; bind the sending socket to it (the (S,G) routes are keyed on it).
+    - `sender`: whether the member may send (the group's `senders`); packets from others are not routed.
+    """
+    node = plan.node(member_name)
+    out = []
+    for g in plan.groups:
+        if member_name in g.members:
+            out.append({"name": g.name, "address": g.address, "port": g.port, "ttl": g.ttl, "send_if": SEND_IF,
+                        "join_ifs": [SEND_IF], "source": node.address, "sender": member_name in g.senders})
+    return out
+
+
+def expected_copies(plan: "NetworkPlan", group: Group, sender: str) -> dict[str, int]:
+    """Copies per link direction ("<link id>/down|up") of one packet `sender` sends to `group`: 1 on every tree
+    link, directed away from the sender; every other direction 0 (not listed)."""
+    out = {}
+    for lid in group.links:
+        lk = _link(plan, lid)
+        below = _below(plan, sender, lk.child)
+        out[f"{lid}/{'up' if below else 'down'}"] = 1
+    return out
+
+
+def is_multicast(address: str) -> bool:
+    return ipaddress.IPv4Address(address).is_multicast
