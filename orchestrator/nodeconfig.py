@@ -9,6 +9,8 @@ import random
 from pathlib import Path
 
 from orchestrator.errors import SpecError
+from orchestrator.mcast.tree import member_endpoints
+from orchestrator.protocols import SECTIONS, Context, local_groups  # noqa: F401 (local_groups: re-exported)
 from orchestrator.plan import NetworkPlan
 from orchestrator.spec import Experiment
 from orchestrator.units import parse_time
@@ -30,22 +32,6 @@ def choose_senders(exp: Experiment, plan: NetworkPlan) -> list[str]:
                   key=lambda m: plan.node(m).index)
 
 
-def local_groups(n: int, spec: dict, seed: int) -> list[dict]:
-    """§5's local groups, drawn at random: members 0..n-1 shuffled, cut into round(n / group_size) groups of
-    near-equal size, the first `controllers` of each group its stability controllers. `spec`: `{group_size,
-    controllers, seed (default: the experiment's)}`."""
-    extra = set(spec) - {"group_size", "controllers", "seed"}
-    size, scs = spec.get("group_size"), spec.get("controllers", 1)
-    if extra or not isinstance(size, int) or size < 1 or not isinstance(scs, int) or scs < 1:
-        raise SpecError(f"protocol.gsgc.local: expected {{group_size: N >= 1, controllers: N >= 1, seed: N}}, "
-                        f"got {spec!r}")
-    ids = list(range(n))
-    random.Random(f"{spec.get('seed', seed)}/local-groups").shuffle(ids)
-    k = max(1, round(n / size))
-    groups = [ids[i * n // k:(i + 1) * n // k] for i in range(k)]
-    return [{"members": sorted(g), "controllers": sorted(g[:scs])} for g in groups]
-
-
 def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Path) -> dict[str, dict]:
     """Each member's gossipnode config (JSON-ready), validated by the node's own model. Raises SpecError."""
     from gossipnode.config import NodeConfig
@@ -53,20 +39,9 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
     members = plan.members
     if not members:
         raise SpecError("the topology has no members to run the protocol on")
-    proto = dict(exp.protocol)
-    if set(proto) - {"gsgc"}:
-        raise SpecError(f"protocol: unknown protocol(s) {sorted(set(proto) - {'gsgc'})} (available: gsgc)")
-    gsgc = dict(proto.get("gsgc") or {})
-    if "step" in gsgc:
-        gsgc["step_s"] = parse_time(gsgc.pop("step"))
-    if "sc_step" in gsgc:
-        gsgc["sc_step_s"] = parse_time(gsgc.pop("sc_step"))
-    local = gsgc.pop("local", None)
-    if local is not None:       # generated local groups (§5); `local_groups` lists them explicitly
-        gsgc["local_groups"] = local_groups(len(members), local if isinstance(local, dict) else {}, exp.seed)
-    drops = gsgc.pop("sender_drops_per_step", None)
-    if drops:                   # Simulation II: this many GOSSIP copies lost at the senders per step, group-wide
-        gsgc["gossip_drop_p"] = min(1.0, float(drops) / (len(members) * int(gsgc.get("subgroup", 1))))
+    if exp.protocol is None:
+        raise SpecError(f"protocol: the experiment names no protocol (available: {', '.join(SECTIONS)})")
+    params = exp.protocol.node_params(Context(members=len(members), seed=exp.seed))
     ids = {m.name: i for i, m in enumerate(members)}
     senders = choose_senders(exp, plan)
     wl = {k: v for k, v in exp.workload.items() if k != "senders"}
@@ -78,12 +53,17 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
     for m in members:
         cfg = {
             "name": m.name, "id": ids[m.name], "listen": f"{m.address}:{NODE_PORT}", "members": member_list,
-            "protocol": "gsgc", "gsgc": gsgc, "senders": [ids[s] for s in senders],
+            "protocol": params, "senders": [ids[s] for s in senders],
             "workload": wl if senders else None,
             "seed": exp.seed * 100_003 + ids[m.name],
             "event_log": str(run_dir / "events" / f"{m.name}.jsonl"),
             "control": str(ctl_dir / f"{m.name}.sock"),
         }
+        groups = [{"name": g["name"], "address": g["address"], "port": g["port"], "ttl": g["ttl"],
+                   "send_if": g["send_if"], "join_ifs": g["join_ifs"], "source": g["source"],
+                   "may_send": g["sender"]} for g in member_endpoints(plan, m.name)]
+        if groups:
+            cfg["multicast"] = groups
         try:
             NodeConfig.model_validate(cfg)
         except Exception as exc:  # pydantic's ValidationError: report it as bad input

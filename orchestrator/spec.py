@@ -15,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 
 from orchestrator.errors import SpecError
 from orchestrator.mcast.spec import MulticastSpec
+from orchestrator.protocols import ProtocolSection
 from orchestrator.shaping.params import DirParams, GilbertElliott
 from orchestrator.units import parse_probability, parse_rate, parse_time
 
@@ -164,8 +165,9 @@ class Experiment(Strict):
     topology: TreeTopology
     links: LinksSpec = LinksSpec()
     addressing: Addressing = Addressing()
-    # Protocol, workload and schedule are validated by the node and the runner, which own their meaning.
-    protocol: dict[str, Any] = {}
+    # The protocol section is checked against the node's own parameter models (orchestrator/protocols.py);
+    # workload and schedule are validated by the node and the runner, which own their meaning.
+    protocol: ProtocolSection | None = None
     workload: dict[str, Any] = {}
     schedule: list[dict[str, Any]] = []
     capture: CaptureSpec = CaptureSpec()

@@ -70,6 +70,9 @@ class MulticastGroup(Strict):
                                                           "route's")
     join_ifs: list[str] = Field(default_factory=list, description="interfaces to join the group on; empty: the "
                                                                   "default one")
+    source: str | None = Field(default=None, description="address to send from (the multicast routes are keyed "
+                                                          "on the member's address); None: the kernel's choice")
+    may_send: bool = Field(default=True, description="the group's routes carry this member's packets")
 
     @field_validator("address")
     @classmethod

@@ -7,10 +7,11 @@ comparable.
 
 Transports (all carry the same packets: the common envelope, then the protocol's header and body):
 - UDP unicast on `listen`; a datagram must come from the `addr` of the member it names as sender.
-- IP multicast: one socket per configured group, bound to (group address, port), joined on `join_ifs`, sending
-  on `send_if` with the group's TTL. Multicast loopback stays on (kernel multicast routing forwards a member's
-  own packets from their looped-back copy); the member's own packets are discarded here. A datagram must come
-  from the IP address of the member it names.
+- IP multicast: per configured group a receiving socket bound to (group address, port) and joined on
+  `join_ifs`, and a sending socket bound to the member's `source` address, sending on `send_if` with the group's
+  TTL. Multicast loopback stays on (kernel multicast routing forwards a member's own packets from their
+  looped-back copy); the member's own packets are discarded here. A datagram must come from the IP address of
+  the member it names.
 - TCP: a listening socket on `listen` (TCP's port space), and at most one connection per peer pair, opened on
   the first `stream` send to a peer. Frames are the packets themselves (the envelope's length delimits them).
   The core hears `up` when a connection is established (connected, or accepted and its first frame named a
@@ -79,28 +80,35 @@ class _Udp(asyncio.DatagramProtocol):
         self.node.on_send_error(exc)
 
 
-def multicast_socket(group: MulticastGroup) -> socket.socket:
-    """A UDP socket bound to the group, joined on its interfaces, sending on `send_if` with the group's TTL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def _mreqn(group: str, ifname: str | None) -> bytes:
+    """struct ip_mreqn {imr_multiaddr, imr_address, imr_ifindex}: the group on that interface (None: the route's)."""
+    index = socket.if_nametoindex(ifname) if ifname else 0
+    return socket.inet_aton(group) + socket.inet_aton("0.0.0.0") + struct.pack("@i", index)
+
+
+def multicast_sockets(group: MulticastGroup) -> tuple[socket.socket, socket.socket]:
+    """(receiving, sending) UDP sockets of a group. The receiving one is bound to (group address, port) and joined
+    on `join_ifs`; the sending one is bound to the member's `source` address (the multicast routes are keyed on
+    it) and sends on `send_if` with the group's TTL, loopback on (the kernel forwards a member's own packet from
+    its looped-back copy)."""
+    recv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    send = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
-        sock.bind((group.address, group.port))
-        maddr = socket.inet_aton(group.address)
+        recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+        recv.bind((group.address, group.port))
         for ifname in group.join_ifs or [None]:
-            index = socket.if_nametoindex(ifname) if ifname else 0
-            # struct ip_mreqn {imr_multiaddr, imr_address, imr_ifindex}: join on that interface (0: the route's)
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                            maddr + socket.inet_aton("0.0.0.0") + struct.pack("@i", index))
+            recv.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreqn(group.address, ifname))
+        send.bind((group.source or "0.0.0.0", 0))
         if group.send_if:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
-                            maddr + socket.inet_aton("0.0.0.0") + struct.pack("@i", socket.if_nametoindex(group.send_if)))
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, group.ttl)
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+            send.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, _mreqn(group.address, group.send_if))
+        send.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, group.ttl)
+        send.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
     except OSError:
-        sock.close()
+        recv.close()
+        send.close()
         raise
-    return sock
+    return recv, send
 
 
 class _TcpConn(asyncio.Protocol):
@@ -160,7 +168,8 @@ class NodeRuntime:
         self._bad_log = RateLimiter(20)
         self._error_log = RateLimiter(5)
         self._transport: asyncio.DatagramTransport | None = None
-        self._mcast: dict[str, tuple[asyncio.DatagramTransport, tuple[str, int]]] = {}
+        self._mcast: dict[str, tuple[asyncio.DatagramTransport, tuple[str, int], bool]] = {}
+        self._mcast_recv: list[asyncio.DatagramTransport] = []
         self._tcp_server: asyncio.AbstractServer | None = None
         self._conns: dict[int, _TcpConn] = {}
         self._pending: dict[int, list[bytes]] = {}       # frames waiting for a connection being opened
@@ -179,9 +188,11 @@ class NodeRuntime:
         sock = self._sock or self._bind()
         self._transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "udp"), sock=sock)
         for group in self.cfg.multicast:
-            msock = multicast_socket(group)
-            transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "mcast"), sock=msock)
-            self._mcast[group.name] = (transport, (group.address, group.port))
+            rsock, ssock = multicast_sockets(group)
+            rtransport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "mcast"), sock=rsock)
+            stransport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "mcast"), sock=ssock)
+            self._mcast[group.name] = (stransport, (group.address, group.port), group.may_send)
+            self._mcast_recv.append(rtransport)
         if self._uses_tcp():
             host, port = parse_addr(self.cfg.listen)
             if self._sock is not None:      # tests: TCP on the UDP socket's port
@@ -208,7 +219,9 @@ class NodeRuntime:
                     handle.cancel()
             flusher.cancel()
             self._transport.close()
-            for transport, _ in self._mcast.values():
+            for transport, _, _ in self._mcast.values():
+                transport.close()
+            for transport in self._mcast_recv:
                 transport.close()
             for conn in list(self._conns.values()):
                 conn.close()
@@ -363,7 +376,10 @@ class NodeRuntime:
                 self.counters["packets_out"] += 1
                 self.counters["bytes_out"] += len(data)
         for group, msg in out.mcast:
-            transport, dest = self._mcast[group]
+            transport, dest, may_send = self._mcast[group]
+            if not may_send:     # the plan routes no packets from this member: they would go nowhere
+                self.counters["mcast_not_routed"] += 1
+                continue
             data = encode(msg)
             transport.sendto(data, dest)
             self.counters["mcast_packets_out"] += 1

@@ -43,11 +43,11 @@ def test_bad_local_specs_are_errors(spec):
 def test_node_configs_expand_local_and_drops():
     cfgs = configs("{subgroup: 2, step: 1s, local: {group_size: 10, controllers: 2}, sc_step: 500ms, "
                    "sender_drops_per_step: 2}")
-    g = next(iter(cfgs.values()))["gsgc"]
+    g = next(iter(cfgs.values()))["protocol"]
     assert "local" not in g and len(g["local_groups"]) == 3 and g["sc_step_s"] == 0.5
     assert g["gossip_drop_p"] == pytest.approx(2 / (30 * 2))
 
 
 def test_global_gossip_without_drops_is_unchanged():
-    g = next(iter(configs("{subgroup: 3, step: 9s, fail_k: null}").values()))["gsgc"]
-    assert g == {"subgroup": 3, "step_s": 9.0, "fail_k": None}
+    g = next(iter(configs("{subgroup: 3, step: 9s, fail_k: null}").values()))["protocol"]
+    assert g == {"name": "gsgc", "subgroup": 3, "step_s": 9.0, "fail_k": None}

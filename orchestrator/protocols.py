@@ -1,0 +1,184 @@
+"""The experiment file's `protocol:` section: one key naming the protocol, its parameters below it.
+
+    protocol:
+      gsgc: {subgroup: 3, step: 2s, fail_k: 10}
+
+The section is a union discriminated by that key. Each protocol's experiment-side model is derived from the
+node's own parameter model (`gossipnode.protocols.<name>.params`), so a parameter exists, and is checked, in one
+place: a node field `x_s` (seconds) is written `x` in the experiment file with a unit (`2s`, `700ms`), every other
+field keeps its name, and constraints (ranges, literals, unknown keys) are the node's. A protocol may add
+orchestrator-side keys that are turned into node fields once the plan is known (GSGC's `local`, drawn local
+groups, and `sender_drops_per_step`): `ADAPTERS` holds them. Errors come out like every spec error
+(`file.yaml:LINE: protocol.gsgc.subgroup: ...`), before anything is built.
+"""
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_serializer, model_validator
+
+from orchestrator.errors import SpecError
+from orchestrator.units import parse_time
+
+
+def _seconds(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return parse_time(v)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+    return v
+
+
+class LocalSpec(BaseModel):
+    """GSGC §5's local groups, drawn at random once the number of members is known."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    group_size: int = Field(ge=1)
+    controllers: int = Field(default=1, ge=1)
+    seed: int | None = None
+
+
+def local_groups(n: int, spec: dict, seed: int) -> list[dict]:
+    """§5's local groups, drawn at random: members 0..n-1 shuffled, cut into round(n / group_size) groups of
+    near-equal size, the first `controllers` of each group its stability controllers. `spec`: `{group_size,
+    controllers, seed (default: the experiment's)}`."""
+    extra = set(spec) - {"group_size", "controllers", "seed"}
+    size, scs = spec.get("group_size"), spec.get("controllers", 1)
+    if extra or not isinstance(size, int) or size < 1 or not isinstance(scs, int) or scs < 1:
+        raise SpecError(f"protocol.gsgc.local: expected {{group_size: N >= 1, controllers: N >= 1, seed: N}}, "
+                        f"got {spec!r}")
+    ids = list(range(n))
+    random.Random(f"{spec.get('seed', seed)}/local-groups").shuffle(ids)
+    k = max(1, round(n / size))
+    groups = [ids[i * n // k:(i + 1) * n // k] for i in range(k)]
+    return [{"members": sorted(g), "controllers": sorted(g[:scs])} for g in groups]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the node parameters may depend on besides the section: the plan's members and the experiment."""
+
+    members: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A protocol's orchestrator-side keys: their models, and how they become node fields."""
+
+    extra_fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    to_node: Callable[[dict[str, Any], Context], dict[str, Any]] = lambda params, _ctx: params
+
+
+def _gsgc_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    local = params.pop("local", None)
+    if local is not None:       # generated local groups (§5); `local_groups` lists them explicitly
+        params["local_groups"] = local_groups(ctx.members, local, ctx.seed)
+    drops = params.pop("sender_drops_per_step", None)
+    if drops:                   # Simulation II: this many GOSSIP copies lost at the senders per step, group-wide
+        params["gossip_drop_p"] = min(1.0, float(drops) / (ctx.members * int(params.get("subgroup", 1))))
+    return params
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "gsgc": Adapter(
+        extra_fields={
+            "local": (LocalSpec | None, None),
+            "sender_drops_per_step": (float | None, Field(default=None, ge=0)),
+        },
+        to_node=_gsgc_to_node,
+    ),
+}
+
+
+def _experiment_model(name: str, params: type[BaseModel]) -> tuple[type[BaseModel], dict[str, str]]:
+    """The experiment-side model of a node parameter model, and the renames (experiment key -> node field)."""
+    fields: dict[str, Any] = {}
+    renames: dict[str, str] = {}
+    for fname, info in params.model_fields.items():
+        if fname == "name":
+            continue
+        info = copy.copy(info)
+        annotation = info.annotation
+        key = fname
+        if fname.endswith("_s"):
+            key = fname[:-2]
+            annotation = Annotated[annotation, BeforeValidator(_seconds)]
+            renames[key] = fname
+        fields[key] = (annotation, info)
+    adapter = ADAPTERS.get(name, Adapter())
+    fields.update(adapter.extra_fields)
+    model = create_model(f"{params.__name__}Section", __config__=ConfigDict(extra="forbid", frozen=True),
+                         **fields)
+    return model, renames
+
+
+def _sections() -> dict[str, tuple[type[BaseModel], dict[str, str]]]:
+    from gossipnode.protocols.registry import PROTOCOLS
+
+    return {name: _experiment_model(name, spec.params) for name, spec in PROTOCOLS.items()}
+
+
+SECTIONS = _sections()
+
+
+def _section_model() -> type[BaseModel]:
+    fields = {name: (model | None, None) for name, (model, _) in SECTIONS.items()}
+
+    class _Base(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        _raw: dict[str, Any]
+
+        @model_validator(mode="wrap")
+        @classmethod
+        def _one(cls, data: Any, handler: Any) -> Any:
+            if isinstance(data, ProtocolSection):
+                return data
+            names = ", ".join(SECTIONS)
+            if isinstance(data, dict):
+                if len(data) != 1:
+                    raise ValueError(f"name exactly one protocol (available: {names}), got {len(data)} keys")
+                (key, value), = data.items()
+                if key not in SECTIONS:
+                    raise ValueError(f"unknown protocol {key!r} (available: {names})")
+                if value is None:                # `direct:` with every parameter at its default
+                    data = {key: {}}
+            model = handler(data)
+            model._raw = copy.deepcopy(data)
+            return model
+
+        @model_serializer(mode="plain")
+        def _dump(self) -> dict[str, Any]:
+            return copy.deepcopy(self._raw)
+
+        @property
+        def name(self) -> str:
+            return next(iter(self._raw))
+
+        def __getitem__(self, key: str) -> Any:
+            return self._raw[key]
+
+        def __contains__(self, key: object) -> bool:
+            return key in self._raw
+
+        def keys(self) -> Any:
+            return self._raw.keys()
+
+        def node_params(self, ctx: Context) -> dict[str, Any]:
+            """The node config's `protocol` section: {name, ...node fields}."""
+            section: BaseModel = getattr(self, self.name)
+            raw = self._raw[self.name] or {}
+            model, renames = SECTIONS[self.name]
+            params = {renames.get(k, k): v for k, v in section.model_dump(mode="json").items() if k in raw}
+            params = ADAPTERS.get(self.name, Adapter()).to_node(params, ctx)
+            return {"name": self.name, **params}
+
+    return create_model("ProtocolSection", __base__=_Base, **fields)
+
+
+ProtocolSection = _section_model()
