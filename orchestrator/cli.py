@@ -174,6 +174,15 @@ def status(
                   f"CPU {t['cpu_s']:.1f} s, RSS {t['rss_bytes'] / 2**20:.0f} MiB")
     if len(s["links"]) > 30:
         out.print(f"... {len(s['links']) - 30} more links (--json lists all)")
+    mc = s.get("multicast")
+    if mc:
+        d = mc["daemon"]
+        out.print(f"multicast routing daemon: pid {d['pid']}, " + ("alive" if d["alive"] else "[red]NOT RUNNING[/]"))
+        for g in mc["groups"]:
+            out.print(f"group {g['name']} {g['address']}:{g['port']}: {len(g['members'])} members, "
+                      f"{len(g['senders'])} senders, tree {g['tree_nodes']} nodes / {g['tree_links']} links, "
+                      f"routes {g['mfc_installed'] if g['mfc_installed'] is not None else '-'}/{g['mfc_expected']} "
+                      f"installed, ttl {g['ttl']}")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -233,8 +242,29 @@ def probe(
     rate: bool = typer.Option(True, "--rate/--no-rate", help="Send a UDP train to sample one link's rate."),
     seed: int = typer.Option(0, help="Seed for the choice of links and paths."),
     json_: bool = typer.Option(False, "--json", help="Machine-readable output (the fidelity.json format)."),
+    group: Optional[str] = typer.Option(None, "--group", help="Check this multicast group instead: one sender "
+                                        "streams --count datagrams, every member must get each once, every link "
+                                        "one copy per packet where the group's tree crosses it."),
+    sender: Optional[str] = typer.Option(None, "--sender", help="--group: the sending member (default: the first)."),
+    size: int = typer.Option(100, "--size", min=12, max=1400, help="--group: UDP payload bytes."),
 ) -> None:
     """Fidelity probe on a running lab: per-hop RTT against 2 x (delay + serialisation), a rate sample, loss."""
+    if group is not None:
+        res = labmod.probe_group(name, group, count=count, size=size, sender=sender)
+        if json_:
+            print(json.dumps(res, indent=1))
+        else:
+            out.print(f"group {res['group']} {res['address']}: {res['count']} packets from {res['sender']} to "
+                      f"{len(res['receivers'])} members over a tree of {res['tree_links']} links; max one-way "
+                      f"delay error {res['max_abs_delay_error_ms'] or 0:.2f} ms")
+            for p in res["problems"]:
+                out.print(f"[red]PROBLEM: {p}[/]")
+            for w in res["warnings"]:
+                out.print(f"[yellow]WARNING: {w}[/]")
+            out.print("OK: every member received every packet once, one copy per tree link" if res["ok"] else "")
+        if not res["ok"]:
+            raise typer.Exit(1)
+        return
     err.print(f"probing {name}: {links} links, {paths} paths, {count} pings each"
               + (", then a rate sample" if rate else "") + " ...")
     res = labmod.probe_network(name, links=links, paths=paths, count=count, seed=seed, rate=rate)

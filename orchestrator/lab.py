@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator.backends.base import Backend, NullProgress, Progress, get_backend
 from orchestrator.errors import LabExists, OrchestratorError, ShapingError
+from orchestrator.mcast.realise import status as mcast_status
 from orchestrator.plan import NetworkPlan, build_plan
 from orchestrator.shaping import render
 from orchestrator.shaping.params import DirParams
@@ -177,7 +178,23 @@ def status(lab: str) -> dict:
         "links": links,
         "parameters": shaping_parameters(plan, state.shaper) if state.shaper else None,
         "shaper_totals": {k: v for k, v in (stats or {}).items() if k not in ("queues", "kernel")} or None,
+        "multicast": mcast_status(state, plan),
     }
+
+
+def probe_group(lab: str, group: str, count: int = 100, size: int = 100, sender: str | None = None,
+                capture: bool = True) -> dict:
+    """The multicast check of one group on a running lab (see orchestrator.mcast.probe)."""
+    from orchestrator.mcast.probe import probe_group as run_probe
+
+    state = load_state(lab)
+    plan = state.load_plan()
+    backend = get_backend(state.backend)
+    problems = backend.health(state)
+    if problems:
+        raise OrchestratorError(f"lab {lab} is not healthy: {'; '.join(problems)}")
+    return run_probe(plan, lambda node, argv, **kw: backend.popen(state, node, argv, **kw), group, count=count,
+                     size=size, sender=sender, capture=capture)
 
 
 def probe_network(lab: str, links: int = 4, paths: int = 2, count: int = 10, seed: int = 0,

@@ -140,14 +140,24 @@ class Router:
                 _setns(own)
         finally:
             os.close(own)
-        entries = packets = wrong = 0
-        for line in text.splitlines()[1:]:
-            f = line.split()
-            if len(f) >= 6 and f[2] != "-1":
-                entries += 1
-                packets += int(f[3])
-                wrong += int(f[5])
-        return {"mfc": entries, "packets": packets, "wrong_if": wrong}
+        return parse_cache(text)
+
+
+def parse_cache(text: str) -> dict:
+    """/proc/net/ip_mr_cache -> resolved entries, packets and wrong-interface arrivals, in all and per group.
+    Addresses are printed as the hex of the network-order word read in host order (%08X)."""
+    out = {"mfc": 0, "packets": 0, "wrong_if": 0, "groups": {}}
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 6 or f[2] == "-1":          # unresolved (queued) entries have no incoming interface
+            continue
+        group = socket.inet_ntoa(struct.pack("=I", int(f[0], 16)))
+        g = out["groups"].setdefault(group, {"mfc": 0, "packets": 0, "wrong_if": 0})
+        for d in (out, g):
+            d["mfc"] += 1
+            d["packets"] += int(f[3])
+            d["wrong_if"] += int(f[5])
+    return out
 
 
 def serve(config: dict) -> int:

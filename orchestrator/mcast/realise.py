@@ -18,7 +18,7 @@ from pathlib import Path
 from orchestrator.backends import netns
 from orchestrator.errors import BackendError
 from orchestrator.mcast import mrouted
-from orchestrator.mcast.tree import SEND_IF, SEND_IF_PEER, is_local_member, node_mroute, vifs
+from orchestrator.mcast.tree import SEND_IF, SEND_IF_PEER, is_local_member, mfc_entries, node_mroute, vifs
 from orchestrator.plan import NetworkPlan
 from orchestrator.state import LabState
 
@@ -131,3 +131,33 @@ def stats(state: LabState) -> dict | None:
     if not state.mroute or not is_running(state):
         return None
     return mrouted.call(state.mroute["control"], {"op": "stats"})
+
+
+def status(state: LabState, plan: NetworkPlan) -> dict | None:
+    """`orchestrator status --json`'s `multicast`: the daemon and, per group, its tree and the kernel routes the
+    tree's namespaces hold against the plan's. None for labs without groups."""
+    if not plan.groups:
+        return None
+    alive = is_running(state)
+    live = None
+    problem = None
+    if alive:
+        try:
+            live = stats(state)
+        except Exception as exc:  # noqa: BLE001 - a status must still print
+            problem = str(exc)
+    groups = []
+    for g in plan.groups:
+        want = sum(1 for n in g.nodes for e in mfc_entries(plan, n) if e.group == g.address)
+        got = packets = None
+        if live:
+            got = sum(v["groups"].get(g.address, {}).get("mfc", 0) for n, v in live["nodes"].items() if n in g.nodes)
+            packets = sum(v["groups"].get(g.address, {}).get("packets", 0) for v in live["nodes"].values())
+        groups.append({"name": g.name, "address": g.address, "port": g.port, "ttl": g.ttl,
+                       "members": list(g.members), "senders": list(g.senders), "tree_nodes": len(g.nodes),
+                       "tree_links": len(g.links), "mfc_expected": want, "mfc_installed": got,
+                       "packets_forwarded": packets})
+    return {"daemon": {"pid": (state.mroute or {}).get("pid"), "alive": alive, "problem": problem,
+                       "log": (state.mroute or {}).get("log"),
+                       "upcalls": live.get("upcalls") if live else None},
+            "groups": groups}
