@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from analysis.pcap import CaptureFile, packet_rows, scan
+from analysis.pcap import CaptureFile, Ports, packet_rows, scan
 from analysis.schemas import CAPTURES, EVENT_JSON, EVENTS, PACKETS
 
 # The list of pcaps as a (small) DataFrame: one row per CaptureFile.
@@ -40,12 +40,14 @@ def scan_captures(files: DataFrame) -> DataFrame:
 
 
 def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str],
-                  clock_offsets: dict[str, float] | None = None) -> DataFrame:
+                  clock_offsets: dict[str, float] | None = None, ports: Ports | None = None) -> DataFrame:
     """FILES → PACKETS: every readable frame of every pcap. `names` maps addresses to plan node names.
-    `clock_offsets` (node → its host's clock minus the controller's, real hosts) put `ts` on one clock."""
+    `clock_offsets` (node → its host's clock minus the controller's, real hosts) put `ts` on one clock.
+    `ports`: where the nodes' packets are (node port, multicast group ports; default 7000, 7001)."""
     offs = dict(clock_offsets or {})
+    ports = ports or Ports()
     rows = _one_file_per_task(files).flatMap(lambda cap: packet_rows(cap, run_id, t0, names,
-                                                                      offs.get(cap.node, 0.0)))
+                                                                      offs.get(cap.node, 0.0), ports))
     return files.sparkSession.createDataFrame(rows, PACKETS, verifySchema=False)
 
 

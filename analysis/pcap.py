@@ -5,9 +5,25 @@ Reads classic pcap files (either byte order, micro- or nanosecond stamps) with l
 v1 and v2 (tcpdump `-i any`) and raw IP. A file that ends inside a record, or whose record header is
 impossible, raises `PcapError` after the readable frames: those are still analysed, the rest is not.
 
-A frame is *decoded* when it is an unfragmented IPv4/UDP datagram to or from the node port whose payload starts
-with a valid protocol header (`wire.header_fields`); when the capture holds the whole payload the body is checked
-too (`wire.decode`). Everything else keeps its row with `decoded = false` and the reason in `error`.
+Every registered protocol (`gossipnode.wire.CODECS`) is decoded, on each of the node's transports
+(`transport` column):
+
+- `udp`: an unfragmented IPv4/UDP datagram to or from a node port (`Ports.node`, 7000);
+- `mcast`: a UDP datagram to an IP multicast address (224.0.0.0/4) on a group port (`Ports.mcast`, the configs'
+  `multicast[].port`, 7001 by default);
+- `tcp`: a TCP segment to or from a node port. Each direction of a connection is reassembled by sequence number
+  (retransmitted bytes are skipped, segments after a gap are held until it is filled) and cut into messages by the
+  envelope's length, from the connection's SYN on. A message gets its row at the frame that completes it, so a
+  frame holds zero, one or several messages (`msg_index` 0, 1, ...: the frame's other columns repeat).
+
+A datagram (or TCP message) is *decoded* when it starts with a valid envelope and protocol header
+(`wire.header_fields`); when the capture holds the whole message the body is checked too (`wire.decode`). A
+message whose body the snaplen cut is decoded from its header alone (`payload_truncated`). Everything else keeps
+its row with `decoded = false` and the reason in `error`; nothing is guessed. In particular a TCP message whose
+envelope was not captured (snaplen) cannot be delimited, nor can anything after it in that direction: its
+segment and the rest of the direction are undecodable with that reason, as is a connection whose SYN the capture
+missed. TCP segments that complete no message (handshake, bare ACKs, the first part of a message) are rows with
+`decoded = false` and a reason too: `decoded` means "this row is a protocol message".
 """
 from __future__ import annotations
 
@@ -15,12 +31,13 @@ import mmap
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gossipnode import wire
 
 NODE_PORT = 7000
+MCAST_PORT = 7001
 MAX_FRAME = 262_144  # Wireshark's WTAP_MAX_PACKET_SIZE: a larger captured length means a corrupt record
 
 LINKTYPE_ETHERNET = 1
@@ -40,10 +57,36 @@ _VLAN = (0x8100, 0x88A8)
 _U16 = struct.Struct("!H")
 _IPV4 = struct.Struct("!BxHxxHxB2x4s4s")  # version/ihl, total length, flags/fragment, protocol, src, dst
 _UDP = struct.Struct("!HHH")
+_TCP = struct.Struct("!HHIIBB")  # ports, seq, ack, data offset, flags
+_SYN, _RST = 0x02, 0x04
+_FIELD_SIZE = {"u8": 1, "u16": 2, "u32": 4}
+ENV = wire.ENVELOPE_SIZE
+
+# reasons of TCP rows that are not messages
+TCP_NO_PAYLOAD = "TCP segment without payload (handshake, ACK or FIN)"
+TCP_PARTIAL = "TCP segment completes no message (part of a message that ends later)"
+TCP_RETRANSMISSION = "TCP retransmission (bytes already seen)"
+TCP_AHEAD = "TCP segment after a gap in the stream (held until the gap is filled)"
+TCP_NO_SYN = "TCP stream whose start (SYN) was not captured: message boundaries unknown"
+TCP_ENVELOPE_CUT = ("TCP message envelope not captured (snaplen): the rest of this direction cannot be "
+                    "delimited")
+TCP_LOST = "TCP stream not delimitable after an earlier problem"
 
 
 class PcapError(ValueError):
     """The file is not a readable pcap from some point on; the message names the file and the position."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Where the node's packets are: UDP/TCP node ports, and the multicast group ports (UDP to 224.0.0.0/4)."""
+
+    node: frozenset[int] = field(default_factory=lambda: frozenset({NODE_PORT}))
+    mcast: frozenset[int] = field(default_factory=lambda: frozenset({MCAST_PORT}))
+
+    def describe_node(self) -> str:
+        return "port " + ", ".join(map(str, sorted(self.node))) if len(self.node) == 1 else \
+            "ports " + ", ".join(map(str, sorted(self.node)))
 
 
 @dataclass(frozen=True)
@@ -137,14 +180,152 @@ def scan(cap: CaptureFile) -> tuple:
     return cap.node, cap.interface, cap.file, link_type, packets, total, first, last, error
 
 
-class FrameDecoder:
-    """Dissects one capture's frames into the network and protocol columns of the packet table."""
+def header_size(codec: wire.Codec) -> int:
+    """Bytes of a codec's own header after the envelope (what `header_columns` reads)."""
+    return sum(_FIELD_SIZE[f.kind] * (f.count if isinstance(f.count, int) else 1) for f in codec.header)
 
-    def __init__(self, link_type: int, address: str | None, names: dict[str, str]) -> None:
+
+_HEADER_SIZES: dict[int, int] = {}
+
+
+def _header_size_of(protocol: int) -> int:
+    size = _HEADER_SIZES.get(protocol)
+    if size is None:
+        size = _HEADER_SIZES[protocol] = header_size(wire.CODECS[protocol])
+    return size
+
+
+def _message(buf: bytes, size: int, captured: int) -> tuple:
+    """(decoded, error, *HEADER_FIELDS) of one message of `size` bytes of which the first `captured` are in `buf`
+    (the rest were cut by the snaplen). `captured` >= the envelope."""
+    truncated = captured < size
+    try:
+        if truncated:
+            env = wire.parse_envelope(buf[:ENV], exact=False)
+            if captured < ENV + _header_size_of(env.protocol):
+                return (False, "protocol header not captured (snaplen)") + _NO_HEADER
+            # The headers are all there; the body was cut by the snaplen. header_fields checks the envelope
+            # against the packet size, so give it the original size (the body bytes are not looked at).
+            h = wire.header_fields(bytes(buf[:captured]) + bytes(size - captured))
+        else:
+            h = wire.header_fields(buf)
+            wire.decode(buf)
+    except wire.DecodeError as exc:
+        return (False, str(exc)) + _NO_HEADER
+    return (True, None, h["version"], h["protocol"], h["protocol_name"], h["type"], h["type_name"], h["sender"],
+            h["seq"], h["round"], h["length"])
+
+
+class _Direction:
+    """One direction of a TCP connection being reassembled. Stream offsets count from the byte after the SYN."""
+
+    __slots__ = ("base", "next", "buf", "unknown", "ahead", "lost")
+
+    def __init__(self, base: int | None) -> None:
+        self.base = base                 # sequence number of stream offset 0 (SYN + 1); None: SYN not seen
+        self.next = 0                    # stream offset of the first byte not yet received in order
+        self.buf = bytearray()           # received bytes not yet cut into messages (starts at a boundary)
+        self.unknown: list[list[int]] = []   # [a, b) ranges of buf the capture did not hold (zeros in buf)
+        self.ahead: dict[int, tuple[bytes, int]] = {}   # offset -> (captured bytes, segment length)
+        self.lost: str | None = None if base is not None else TCP_NO_SYN
+
+    def _append(self, off: int, captured: bytes, seglen: int) -> None:
+        """Add the part of a segment at `off` that lies beyond `next` (off <= next)."""
+        skip = self.next - off
+        new = seglen - skip
+        if new <= 0:
+            return
+        have = captured[skip:] if skip < len(captured) else b""
+        start = len(self.buf)
+        self.buf += have
+        if len(have) < new:
+            self.buf += bytes(new - len(have))
+            a = start + len(have)
+            if self.unknown and self.unknown[-1][1] == a:
+                self.unknown[-1][1] = start + new
+            else:
+                self.unknown.append([a, start + new])
+        self.next += new
+
+    def segment(self, seq: int, captured: bytes, seglen: int) -> tuple[list[tuple], str | None]:
+        """Feed a segment's payload; returns (message column tuples completed, reason when there are none)."""
+        if self.lost is not None:
+            why = self.lost
+            if why != TCP_NO_SYN:
+                self.lost = TCP_LOST
+            return [], why
+        off = (seq - self.base) & 0xFFFFFFFF
+        if off >= 1 << 31 or off + seglen <= self.next:
+            return [], TCP_RETRANSMISSION
+        if off > self.next:
+            prev = self.ahead.get(off)
+            if prev is None or prev[1] < seglen:
+                self.ahead[off] = (captured, seglen)
+            return [], TCP_AHEAD
+        self._append(off, captured, seglen)
+        while self.ahead:
+            ready = [o for o in self.ahead if o <= self.next]
+            if not ready:
+                break
+            for o in sorted(ready):
+                cap, n = self.ahead.pop(o)
+                if o <= self.next:
+                    self._append(o, cap, n)
+        return self._messages()
+
+    def _known(self, a: int, b: int) -> int:
+        """How many bytes from `a` on are captured, up to `b`."""
+        for ua, ub in self.unknown:
+            if ub > a and ua < b:
+                return max(ua, a) - a
+        return b - a
+
+    def _messages(self) -> tuple[list[tuple], str | None]:
+        out: list[tuple] = []
+        buf = self.buf
+        pos = 0
+        error = None
+        while len(buf) - pos >= ENV:
+            if self._known(pos, pos + ENV) < ENV:
+                error = self.lost = TCP_ENVELOPE_CUT
+                break
+            try:
+                env = wire.parse_envelope(bytes(buf[pos:pos + ENV]), exact=False)
+            except wire.DecodeError as exc:
+                error = self.lost = f"TCP stream: {exc} (the rest of this direction cannot be delimited)"
+                break
+            size = ENV + env.length
+            if len(buf) - pos < size:
+                break
+            known = self._known(pos, pos + size)
+            out.append((known < size,) + _message(bytes(buf[pos:pos + size]), size, known))
+            pos += size
+        if error is not None:
+            self.lost = TCP_LOST
+            self.buf = bytearray()
+            self.unknown = []
+            self.ahead.clear()
+        elif pos:
+            del buf[:pos]
+            self.unknown = [[a - pos, b - pos] for a, b in self.unknown if b > pos]
+            if self.unknown and self.unknown[0][0] < 0:
+                self.unknown[0][0] = 0
+        if error is not None:
+            out.append((None, False, error) + _NO_HEADER)
+        return out, None if out else TCP_PARTIAL
+
+
+class FrameDecoder:
+    """Dissects one capture's frames into the network and protocol columns of the packet table. Stateful: TCP
+    connections are reassembled across the frames of the file, which must be fed in order."""
+
+    def __init__(self, link_type: int, address: str | None, names: dict[str, str], ports: Ports | None = None) -> None:
         self.link_type = link_type
         self.address = address
         self.names = names
+        self.ports = ports or Ports()
         self._ips: dict[bytes, str] = {}
+        self._tcp: dict[tuple, _Direction] = {}
 
     def _ip(self, raw: bytes) -> str:
         ip = self._ips.get(raw)
@@ -179,54 +360,83 @@ class FrameDecoder:
             return None, 0, None
         return None, None, f"unsupported link type {lt}"
 
-    def decode(self, data: bytes) -> tuple:
-        """The columns if_index .. length of PACKETS (schemas.PACKET_COLUMNS[9:]) for one frame."""
+    def decode(self, data: bytes) -> list[tuple]:
+        """The columns if_index .. length of PACKETS (schemas.PACKET_COLUMNS[9:]) for one frame: one tuple per
+        message the frame completes (TCP may complete several), or one undecodable tuple."""
         if_index, l3, why = self._l3(data)
         if l3 is None:
-            return (if_index, None, None, None, None, None, None, None, None, None, None, None,
-                    False, why) + _NO_HEADER
+            return [(if_index, None, None, None, None, None, None, None, None, None, None, None, None, 0,
+                     False, why) + _NO_HEADER]
         if len(data) < l3 + 20:
-            return (if_index, None, None, None, None, None, None, None, None, None, None, None,
-                    False, "truncated IPv4 header") + _NO_HEADER
+            return [(if_index, None, None, None, None, None, None, None, None, None, None, None, None, 0,
+                     False, "truncated IPv4 header") + _NO_HEADER]
         vihl, ip_len, frag, proto, src_raw, dst_raw = _IPV4.unpack_from(data, l3)
         src, dst = self._ip(src_raw), self._ip(dst_raw)
-        direction = "out" if src == self.address else "in" if dst == self.address else "fwd"
+        group = 224 <= dst_raw[0] <= 239
+        direction = ("out" if src == self.address else "in" if dst == self.address or group and self.address
+                     else "fwd")
         net = (if_index, direction, src, dst, self.names.get(src), self.names.get(dst), proto, ip_len)
         if vihl & 0x0F < 5:
-            return net + (None, None, None, None, False, "bad IPv4 header length") + _NO_HEADER
+            return [net + (None, None, None, None, None, 0, False, "bad IPv4 header length") + _NO_HEADER]
         if frag & 0x3FFF:
-            return net + (None, None, None, None, False, "IP fragment") + _NO_HEADER
+            return [net + (None, None, None, None, None, 0, False, "IP fragment") + _NO_HEADER]
+        l4 = l3 + (vihl & 0x0F) * 4
+        if proto == 6:
+            return self._tcp_rows(data, net, l3, l4, ip_len, src, dst)
         if proto != 17:
             reason = f"not UDP ({_IP_PROTOCOLS.get(proto, f'IP protocol {proto}')})"
-            return net + (None, None, None, None, False, reason) + _NO_HEADER
-        l4 = l3 + (vihl & 0x0F) * 4
+            return [net + (None, None, None, None, None, 0, False, reason) + _NO_HEADER]
         if len(data) < l4 + 8:
-            return net + (None, None, None, None, False, "UDP header not captured") + _NO_HEADER
+            return [net + (None, None, None, None, None, 0, False, "UDP header not captured") + _NO_HEADER]
         sport, dport, udp_len = _UDP.unpack_from(data, l4)
         payload_len = udp_len - 8
         payload = data[l4 + 8:l4 + udp_len]
         truncated = len(payload) < payload_len
-        ports = (sport, dport, payload_len, truncated)
-        if NODE_PORT not in (sport, dport):
-            return net + ports + (False, f"UDP not to or from port {NODE_PORT}") + _NO_HEADER
-        if len(payload) < wire.HEADER_SIZE:
+        if group:
+            transport = "mcast"
+            if dport not in self.ports.mcast:
+                ports = (sport, dport, transport, payload_len, truncated, 0)
+                groups = ", ".join(map(str, sorted(self.ports.mcast))) or "none"
+                return [net + ports + (False, f"multicast UDP not to a group port ({groups})") + _NO_HEADER]
+        else:
+            transport = "udp"
+            if sport not in self.ports.node and dport not in self.ports.node:
+                ports = (sport, dport, transport, payload_len, truncated, 0)
+                return [net + ports + (False, f"UDP not to or from {self.ports.describe_node()}") + _NO_HEADER]
+        ports = (sport, dport, transport, payload_len, truncated, 0)
+        if len(payload) < ENV:
             why = "protocol header not captured (snaplen)" if truncated else "payload shorter than the header"
-            return net + ports + (False, why) + _NO_HEADER
-        try:
-            if truncated:
-                # The header is all there; the body was cut by the snaplen. header_fields checks the header
-                # against the packet size, so give it the original size (the body bytes are not looked at).
-                h = wire.header_fields(payload + bytes(payload_len - len(payload)))
-            else:
-                h = wire.header_fields(payload)
-                wire.decode(payload)
-        except wire.DecodeError as exc:
-            return net + ports + (False, str(exc)) + _NO_HEADER
-        return net + ports + (True, None, h["version"], h["type"], h["type_name"], h["sender"], h["seq"],
-                              h["round"], h["length"])
+            return [net + ports + (False, why) + _NO_HEADER]
+        return [net + ports + _message(payload, payload_len, len(payload))]
+
+    def _tcp_rows(self, data: bytes, net: tuple, l3: int, l4: int, ip_len: int, src: str, dst: str) -> list[tuple]:
+        if len(data) < l4 + 20:
+            return [net + (None, None, "tcp", None, None, 0, False, "TCP header not captured") + _NO_HEADER]
+        sport, dport, seq, _ack, doff, flags = _TCP.unpack_from(data, l4)
+        start = l4 + (doff >> 4) * 4
+        seglen = l3 + ip_len - start
+        captured = data[start:l3 + ip_len]
+        truncated = len(captured) < seglen
+        head = net + (sport, dport, "tcp", seglen, truncated)
+        if sport not in self.ports.node and dport not in self.ports.node:
+            return [head + (0, False, f"TCP not to or from {self.ports.describe_node()}") + _NO_HEADER]
+        key = (src, sport, dst, dport)
+        if flags & _SYN:
+            self._tcp[key] = _Direction((seq + 1) & 0xFFFFFFFF)
+            seq = (seq + 1) & 0xFFFFFFFF
+        if seglen <= 0:
+            return [head + (0, False, TCP_NO_PAYLOAD) + _NO_HEADER]
+        d = self._tcp.get(key)
+        if d is None:
+            d = self._tcp[key] = _Direction(None)
+        msgs, reason = d.segment(seq, captured, seglen)
+        if not msgs:
+            return [head + (0, False, reason) + _NO_HEADER]
+        return [net + (sport, dport, "tcp", seglen, truncated if cut is None else cut, i) + tuple(rest)
+                for i, (cut, *rest) in enumerate(msgs)]
 
 
-_NO_HEADER = (None,) * len(wire.HEADER_FIELDS)
+_NO_HEADER = (None,) * (len(wire.HEADER_FIELDS) + 1)   # + protocol_name
 
 
 def _not_ipv4(ethertype: int) -> str | None:
@@ -234,20 +444,23 @@ def _not_ipv4(ethertype: int) -> str | None:
 
 
 def packet_rows(cap: CaptureFile, run_id: str, t0: float, names: dict[str, str],
-                clock_offset_s: float = 0.0) -> Iterator[tuple]:
-    """Rows of the PACKETS table for every readable frame of `cap`. A file that cannot be read (missing,
-    corrupt, truncated, unsupported link type) yields what precedes the problem: `scan` reports the problem.
-    `clock_offset_s`: the capturing host's clock minus the controller's (real hosts); subtracted from `ts`."""
+                clock_offset_s: float = 0.0, ports: Ports | None = None) -> Iterator[tuple]:
+    """Rows of the PACKETS table for every readable frame of `cap` (several for a TCP segment that completes
+    several messages). A file that cannot be read (missing, corrupt, truncated, unsupported link type) yields
+    what precedes the problem: `scan` reports the problem. `clock_offset_s`: the capturing host's clock minus the
+    controller's (real hosts); subtracted from `ts`."""
     try:
         pf = PcapFile(cap.path, cap.file)
     except (OSError, PcapError):
         return
     with pf:
-        dec = FrameDecoder(pf.link_type, cap.address, names)
+        dec = FrameDecoder(pf.link_type, cap.address, names, ports)
         head = (run_id, cap.node, cap.interface, cap.file)
         try:
             for n, ts, cap_len, orig_len, data in pf:
                 ts -= clock_offset_s
-                yield head + (n, ts, ts - t0, orig_len, cap_len) + dec.decode(data)
+                frame = head + (n, ts, ts - t0, orig_len, cap_len)
+                for cols in dec.decode(data):
+                    yield frame + cols
         except PcapError:
             return

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.pcap import CaptureFile
+from analysis.pcap import MCAST_PORT, NODE_PORT, CaptureFile, Ports
 
 
 class AnalysisError(Exception):
@@ -49,7 +49,7 @@ class RunDir:
     manifest: dict[str, Any]
     plan: dict[str, Any]
     members: list[Member]
-    gsgc: dict[str, Any]                     # the nodes' protocol parameters (subgroup, step_s, fail_k, ...)
+    params: dict[str, Any]                   # the protocol's parameters (gsgc: subgroup, step_s, fail_k, ...)
     t0: float                                # protocol start, unix s
     end: float | None                        # run end, unix s
     captures: list[CaptureFile]
@@ -58,8 +58,14 @@ class RunDir:
     delayline: dict | None
     fidelity: dict | None
     protocol: str | None = None              # the protocol's name (gsgc, direct, ...)
+    ports: Ports = field(default_factory=Ports)   # where the captures hold the nodes' packets
     warnings: list[str] = field(default_factory=list)
     clock_offsets: dict[str, float] = field(default_factory=dict)   # node → host clock - controller clock
+
+    @property
+    def gsgc(self) -> dict[str, Any]:
+        """The protocol's parameters (the name of the days when GSGC was the only protocol)."""
+        return self.params
 
     @property
     def run_id(self) -> str:
@@ -77,6 +83,19 @@ class RunDir:
                 if lk.get(f"{end}_addr"):
                     names[lk[f"{end}_addr"]] = lk[end]
         return names
+
+
+def wire_ports(configs: list[dict[str, Any]]) -> Ports:
+    """The node ports (the members' `addr` and `listen` ports: UDP unicast and TCP) and the multicast group
+    ports (`multicast[].port`) the node configs name; the defaults (7000, 7001) when they name none."""
+    node, mcast = set(), set()
+    for cfg in configs:
+        for addr in [cfg.get("listen"), *(m.get("addr") for m in cfg.get("members") or [])]:
+            port = str(addr or "").rpartition(":")[2]
+            if port.isdigit():
+                node.add(int(port))
+        mcast.update(int(g["port"]) for g in cfg.get("multicast") or [] if isinstance(g, dict) and g.get("port"))
+    return Ports(frozenset(node or {NODE_PORT}), frozenset(mcast or {MCAST_PORT}))
 
 
 def _json(path: Path, warnings: list[str] | None, rel: str) -> Any:
@@ -186,7 +205,8 @@ def load(path: Path) -> RunDir:
         if (path / "tc" / "delayline.json").exists() else None
     fidelity = _json(path / "fidelity.json", warnings, "fidelity.json")
 
-    return RunDir(path=path, manifest=manifest, plan=plan, members=members, gsgc=gsgc, protocol=protocol_name, t0=float(t0 or 0.0),
+    return RunDir(path=path, manifest=manifest, plan=plan, members=members, params=gsgc, protocol=protocol_name,
+                  ports=wire_ports(list(configs.values())), t0=float(t0 or 0.0),
                   end=float(end) if end is not None else None, captures=captures, event_logs=event_logs,
                   tc=tc, delayline=delayline, fidelity=fidelity, warnings=warnings,
                   clock_offsets={str(k): float(v) for k, v in (manifest.get("clock_offsets_s") or {}).items()})

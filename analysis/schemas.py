@@ -21,7 +21,8 @@ def _s(name: str, dtype, nullable: bool = True) -> StructField:
     return StructField(name, dtype, nullable)
 
 
-# One row per captured frame. Written partitioned by `node`.
+# One row per captured frame; a TCP segment that completes several protocol messages has one row per message
+# (`msg_index` 0, 1, ...; the frame's columns repeat). Written partitioned by `node`.
 PACKETS = StructType([
     _s("run_id", StringType(), False),
     _s("node", StringType(), False),          # the capturing node (pcap file <node>-<interface>.pcap)
@@ -33,7 +34,8 @@ PACKETS = StructType([
     _s("frame_len", IntegerType(), False),    # length on the wire incl. the link header (tshark's frame.len)
     _s("cap_len", IntegerType(), False),      # bytes captured (snaplen may cut the frame)
     _s("if_index", IntegerType()),            # Linux cooked v2 only: the interface the frame crossed
-    _s("direction", StringType()),            # out (src = node's address), in (dst = it), fwd; null: not IPv4
+    _s("direction", StringType()),            # out (src = node's address), in (dst = it, or a multicast group),
+                                              # fwd; null: not IPv4
     _s("ip_src", StringType()),
     _s("ip_dst", StringType()),
     _s("src_node", StringType()),             # plan node owning ip_src (node or link address), if any
@@ -42,18 +44,23 @@ PACKETS = StructType([
     _s("ip_len", IntegerType()),              # IPv4 total length
     _s("src_port", IntegerType()),
     _s("dst_port", IntegerType()),
-    _s("payload_len", IntegerType()),         # UDP payload length from the UDP header: the wire message size
-    _s("payload_truncated", BooleanType()),   # the capture holds less of the payload than payload_len
-    _s("decoded", BooleanType(), False),      # the protocol header decoded (and the body, when fully captured)
+    _s("transport", StringType()),            # udp (unicast), mcast (UDP to a group), tcp; null: neither
+    _s("payload_len", IntegerType()),         # UDP: payload length from the UDP header (the message size);
+                                              # TCP: the segment's payload length
+    _s("payload_truncated", BooleanType()),   # the capture holds less of the message (or payload) than it has
+    _s("msg_index", IntegerType(), False),    # the message's position among those this frame completes (TCP)
+    _s("decoded", BooleanType(), False),      # a protocol message: header decoded (and the body, when captured)
     _s("error", StringType()),                # why not decoded
-    # wire.HEADER_FIELDS (null when not decoded)
+    # wire.header_fields (null when not decoded); seq and round are null where the protocol has no such field
     _s("version", IntegerType()),
+    _s("protocol", IntegerType()),            # the protocol's id (wire.Codec.id)
+    _s("protocol_name", StringType()),
     _s("type", IntegerType()),
     _s("type_name", StringType()),
     _s("sender", IntegerType()),
     _s("seq", LongType()),
     _s("round", LongType()),
-    _s("length", IntegerType()),
+    _s("length", IntegerType()),              # bytes after the envelope: the message is ENVELOPE_SIZE + length
 ])
 
 PACKET_COLUMNS = tuple(f.name for f in PACKETS.fields)

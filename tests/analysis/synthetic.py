@@ -27,8 +27,9 @@ LINKS = [("h0", "h1", "h0-eth0", "h1-eth0", "10.128.0.0", "10.128.0.1"),
          ("h2", "h3", "h2-eth1", "h3-eth0", "10.128.0.4", "10.128.0.5")]
 
 # (The event logs are made to exercise the definitions, not to be causally possible.)
-# Wire messages (sizes: GOSSIP 16 + 4 + 8 * 2 + ceil(4 / 8) = 37, LIVE 18 + 4 = 22, DATA 16 + 2 + 30 = 48).
-GOSSIP_SIZE, LIVE_SIZE, DATA_SIZE = 37, 22, 48
+# Wire messages: 17 bytes of headers (envelope 9 + GSGC's seq/round 8) and the body. Sizes: GOSSIP 17 + 4 + 8 * 2
+# + ceil(4 / 8) = 38, LIVE 17 + 2 + 4 = 23, DATA 17 + 2 + 30 = 49; the envelope's length is the size - 9.
+GOSSIP_SIZE, LIVE_SIZE, DATA_SIZE = 38, 23, 49
 
 
 def gossip(sender: int, seq: int, rnd: int = 0) -> bytes:
@@ -90,26 +91,26 @@ def write_pcap(path: Path, linktype: int, records: list[tuple[float, bytes]], sn
 
 # h0's own traffic (tcpdump -i any: Linux cooked v2): frame lengths 20 + 20 + 8 + payload.
 H0_FRAMES = [
-    (1001.1, sll2(udp("h0", "h1", gossip(0, 1)))),              # out GOSSIP   85
-    (1001.2, sll2(udp("h0", "h1", live(0, 2)))),                # out LIVE     70
-    (1001.3, sll2(udp("h1", "h0", data(1, 1)))),                # in  DATA     96
-    (1001.6, sll2(udp("h0", "h1", gossip(0, 3)))),              # out GOSSIP   85
-    (1002.1, sll2(udp("h0", "h1", gossip(0, 4)))),              # out GOSSIP   85
+    (1001.1, sll2(udp("h0", "h1", gossip(0, 1)))),              # out GOSSIP   86
+    (1001.2, sll2(udp("h0", "h1", live(0, 2)))),                # out LIVE     71
+    (1001.3, sll2(udp("h1", "h0", data(1, 1)))),                # in  DATA     97
+    (1001.6, sll2(udp("h0", "h1", gossip(0, 3)))),              # out GOSSIP   86
+    (1002.1, sll2(udp("h0", "h1", gossip(0, 4)))),              # out GOSSIP   86
     (1002.4, sll2(icmp_echo("h1", "h0"))),                      # in  ICMP     52
     (1002.6, sll2(bytes(dpkt.arp.ARP()), ethtype=0x0806)),      # ARP          48
-    (1003.1, sll2(udp("h0", "h1", gossip(0, 5, rnd=1)))),       # out GOSSIP   85
-    (1003.2, sll2(udp("h0", "h1", live(0, 6)))),                # out LIVE     70
-    (1003.3, sll2(udp("h1", "h0", data(1, 2)))),                # in  DATA     96
+    (1003.1, sll2(udp("h0", "h1", gossip(0, 5, rnd=1)))),       # out GOSSIP   86
+    (1003.2, sll2(udp("h0", "h1", live(0, 6)))),                # out LIVE     71
+    (1003.3, sll2(udp("h1", "h0", data(1, 2)))),                # in  DATA     97
     (1003.4, sll2(udp("h0", "10.9.9.9", b"q" * 10, sport=40000, dport=53))),  # out UDP/53   58
-    (1003.5, sll2(udp("h3", "h0", gossip(3, 1)))),              # in  GOSSIP   85
+    (1003.5, sll2(udp("h3", "h0", gossip(3, 1)))),              # in  GOSSIP   86
 ]
 
 # h1 (Ethernet, snaplen 60: frames are 14 + 20 + 8 + payload; 60 keeps 18 payload bytes, 14 after a VLAN tag).
 H1_FRAMES = [
-    (1001.3, eth(udp("h1", "h0", data(1, 1)))),                 # out DATA     90, cut
-    (1003.3, eth(udp("h1", "h0", data(1, 2)))),                 # out DATA     90, cut
-    (1001.1, eth(udp("h0", "h1", gossip(0, 1)))),               # in  GOSSIP   79, cut
-    (1001.2, eth(udp("h0", "h1", live(0, 2)))),                 # in  LIVE     64, cut
+    (1001.3, eth(udp("h1", "h0", data(1, 1)))),                 # out DATA     91, cut
+    (1003.3, eth(udp("h1", "h0", data(1, 2)))),                 # out DATA     91, cut
+    (1001.1, eth(udp("h0", "h1", gossip(0, 1)))),               # in  GOSSIP   80, cut
+    (1001.2, eth(udp("h0", "h1", live(0, 2)))),                 # in  LIVE     65, cut
     (1001.6, eth(udp("h0", "h1", gossip(0, 3)))),               # in  GOSSIP
     (1002.1, eth(udp("h0", "h1", gossip(0, 4)))),               # in  GOSSIP
     (1003.1, eth(udp("h0", "h1", gossip(0, 5, rnd=1)))),        # in  GOSSIP
@@ -124,8 +125,8 @@ H1_SNAPLEN = 60
 
 # h2 (Linux cooked v1): two whole records, the file ends inside the third.
 H2_FRAMES = [
-    (1002.2, sll(udp("h2", "h0", live(2, 1)))),                 # out LIVE     66
-    (1002.3, sll(udp("h2", "h0", gossip(2, 2)))),               # out GOSSIP   81
+    (1002.2, sll(udp("h2", "h0", live(2, 1)))),                 # out LIVE     67
+    (1002.3, sll(udp("h2", "h0", gossip(2, 2)))),               # out GOSSIP   82
     (1003.0, sll(udp("h2", "h3", gossip(2, 3)))),               # cut short
 ]
 
@@ -165,14 +166,14 @@ EVENTS: dict[str, list[dict]] = {
     ],
     "h1": [
         *_started("h1", 1000.0),
-        _ev("h1", 1001.0, "data_sent", seq=1, size=48, fanout=3),
+        _ev("h1", 1001.0, "data_sent", seq=1, size=49, fanout=3),
         *_done("h1", 1002.0, 0, "constructed", 2, 2.0),
         _stable("h1", 1002.25, [0, 1]),
         _stable("h1", 1003.0, [5, 5], level="local"),           # a local array: ignored by time to stable
-        _ev("h1", 1003.0, "data_sent", seq=2, size=48, fanout=3),
+        _ev("h1", 1003.0, "data_sent", seq=2, size=49, fanout=3),
         *_done("h1", 1005.5, 1, "next_round", 3, 3.5),
         _stable("h1", 1005.5, [1, 2]),
-        _ev("h1", 1006.0, "data_sent", seq=3, size=48, fanout=3),
+        _ev("h1", 1006.0, "data_sent", seq=3, size=49, fanout=3),
         _ev("h1", 1006.5, "declared_failed", member=2, l=6),
         _stable("h1", 1007.0, [wire.MAX_SEQ, 2]),                # an S entry above any seq sent
         _ev("h1", 1007.0, "declared_failed", member=2, l=7),      # not the first after the crash
@@ -185,7 +186,7 @@ EVENTS: dict[str, list[dict]] = {
     ],
     "h3": [
         *_started("h3", 1001.25),
-        _ev("h3", 1001.5, "data_sent", seq=1, size=48, fanout=3),
+        _ev("h3", 1001.5, "data_sent", seq=1, size=49, fanout=3),
         *_done("h3", 1002.5, 0, "next_round", 2, 1.25),
         _stable("h3", 1003.5, [0, 1]),
         _ev("h3", 1004.5, "declared_failed", member=1, l=6),      # h1 never crashed: a false declaration

@@ -29,7 +29,7 @@ def test_cli_analyses_what_it_can_and_names_every_broken_file(spark, run_dir, tm
     err = capsys.readouterr().err
     problems = [
         f"{bogus}/manifest.json: file not found",
-        "pcaps/h2-any.pcap: truncated packet 3 at byte 203 after 2 packets (10 of 81 bytes) — analysed 2 packet(s)",
+        "pcaps/h2-any.pcap: truncated packet 3 at byte 205 after 2 packets (10 of 82 bytes) — analysed 2 packet(s)",
         "pcaps/h3-any.pcap: file not found",
         "events/h2.jsonl: 1 line(s) are not JSON event records",
         "tc/h3.json: file not found",

@@ -26,21 +26,21 @@ def test_packets_table(spark, run_dir):
     per_node = {r["node"]: (r["n"], r["bytes"], r["decoded"]) for r in packets.groupBy("node").agg(
         F.count("*").alias("n"), F.sum("frame_len").alias("bytes"),
         F.count(F.when(F.col("decoded"), 1)).alias("decoded")).collect()}
-    # h0: 12 frames, 915 bytes, 3 undecodable (ICMP, ARP, UDP/53); h1: 13 frames, 1023 bytes, 2 undecodable
-    # (foreign magic, VLAN-cut header); h2: the 2 whole records of 3 (66 + 81 bytes); h3: no file.
-    assert per_node == {"h0": (12, 915, 9), "h1": (13, 1023, 11), "h2": (2, 147, 2)}
+    # h0: 12 frames, 924 bytes, 3 undecodable (ICMP, ARP, UDP/53); h1: 13 frames, 1036 bytes, 2 undecodable
+    # (foreign magic, VLAN-cut header); h2: the 2 whole records of 3 (67 + 82 bytes); h3: no file.
+    assert per_node == {"h0": (12, 924, 9), "h1": (13, 1036, 11), "h2": (2, 149, 2)}
     h2 = packets.where(F.col("node") == "h2").orderBy("frame").select(
         "frame", "direction", "dst_node", "type_name", "sender", "seq", "payload_len").collect()
-    assert [tuple(r) for r in h2] == [(1, "out", "h0", "LIVE", 2, 1, 22), (2, "out", "h0", "GOSSIP", 2, 2, 37)]
+    assert [tuple(r) for r in h2] == [(1, "out", "h0", "LIVE", 2, 1, 23), (2, "out", "h0", "GOSSIP", 2, 2, 38)]
 
 
 def test_scan_reports_missing_and_truncated_files(spark, run_dir):
     rows = {r["file"]: r for r in ingest.scan_captures(ingest.files_frame(spark, captures(run_dir))).collect()}
     assert {f: (r["link_type"], r["packets"], r["bytes"]) for f, r in rows.items()} == {
-        "pcaps/h0-any.pcap": (276, 12, 915), "pcaps/h1-any.pcap": (1, 13, 1023),
-        "pcaps/h2-any.pcap": (113, 2, 147), "pcaps/h3-any.pcap": (None, 0, 0)}
+        "pcaps/h0-any.pcap": (276, 12, 924), "pcaps/h1-any.pcap": (1, 13, 1036),
+        "pcaps/h2-any.pcap": (113, 2, 149), "pcaps/h3-any.pcap": (None, 0, 0)}
     assert rows["pcaps/h0-any.pcap"]["error"] is None
-    assert rows["pcaps/h2-any.pcap"]["error"].startswith("pcaps/h2-any.pcap: truncated packet 3 at byte 203")
+    assert rows["pcaps/h2-any.pcap"]["error"].startswith("pcaps/h2-any.pcap: truncated packet 3 at byte 205")
     assert rows["pcaps/h3-any.pcap"]["error"] == "pcaps/h3-any.pcap: file not found"
 
 

@@ -142,32 +142,32 @@ def test_false_declarations(events, members, crash):
 
 
 def test_traffic_per_member(packets, life):
-    # h0 sent 4 GOSSIP (37 B) + 2 LIVE (22 B) = 6 msgs, 192 B in 10 s; received 2 DATA + 1 GOSSIP; 3 undecodable.
-    # h1 sent 2 DATA (48 B) + 3 GOSSIP (111 B) in 10 s; received 4 GOSSIP + 2 LIVE; 2 undecodable.
-    # h2 sent LIVE + GOSSIP (59 B) in 3.75 s (1000.25 to its crash at 1004.0). h3 has no capture.
+    # h0 sent 4 GOSSIP (38 B) + 2 LIVE (23 B) = 6 msgs, 198 B in 10 s; received 2 DATA + 1 GOSSIP; 3 undecodable.
+    # h1 sent 2 DATA (49 B) + 3 GOSSIP (114 B) in 10 s; received 4 GOSSIP + 2 LIVE; 2 undecodable.
+    # h2 sent LIVE + GOSSIP (61 B) in 3.75 s (1000.25 to its crash at 1004.0). h3 has no capture.
     got = rows(metrics.traffic_per_member(packets, life), "node", "lifetime_s", "gossip_msgs", "gossip_bytes",
                "gossip_msgs_per_s", "gossip_bytes_per_s", "data_msgs", "data_bytes", "sent_msgs", "received_msgs",
                "undecodable")
     assert got == approx_rows([
-        ("h0", 10.0, 6, 192, 0.6, 19.2, 0, 0, 6, 3, 3),
-        ("h1", 10.0, 3, 111, 0.3, 11.1, 2, 96, 5, 6, 2),
-        ("h2", 3.75, 2, 59, 2 / 3.75, 59 / 3.75, 0, 0, 2, 0, 0)])
+        ("h0", 10.0, 6, 198, 0.6, 19.8, 0, 0, 6, 3, 3),
+        ("h1", 10.0, 3, 114, 0.3, 11.4, 2, 98, 5, 6, 2),
+        ("h2", 3.75, 2, 61, 2 / 3.75, 61 / 3.75, 0, 0, 2, 0, 0)])
 
 
 def test_traffic_by_type_and_timeseries(packets):
     by_type = metrics.traffic_by_type(packets).where(F.col("node") == "h0")
     assert rows(by_type, "direction", "type_name", "msgs", "bytes", "ip_bytes") == [
-        ("in", "DATA", 2, 96, 2 * 76), ("in", "GOSSIP", 1, 37, 65), ("out", "GOSSIP", 4, 148, 4 * 65),
-        ("out", "LIVE", 2, 44, 2 * 50)]
+        ("in", "DATA", 2, 98, 2 * 77), ("in", "GOSSIP", 1, 38, 66), ("out", "GOSSIP", 4, 152, 4 * 66),
+        ("out", "LIVE", 2, 46, 2 * 51)]
     # h0's decoded sends at t = 1.1, 1.2, 1.6 | 2.1 | 3.1, 3.2 s.
     series = metrics.traffic_timeseries(packets, 1.0).where(F.col("node") == "h0")
-    assert rows(series, "t_bin_s", "msgs", "bytes") == [(1.0, 3, 96), (2.0, 1, 37), (3.0, 2, 59)]
+    assert rows(series, "t_bin_s", "msgs", "bytes") == [(1.0, 3, 99), (2.0, 1, 38), (3.0, 2, 61)]
 
 
 def test_packet_counts_and_undecodable(packets):
     assert rows(metrics.packet_counts(packets), "file", "packets", "bytes", "decoded", "undecodable") == [
-        ("pcaps/h0-any.pcap", 12, 915, 9, 3), ("pcaps/h1-any.pcap", 13, 1023, 11, 2),
-        ("pcaps/h2-any.pcap", 2, 147, 2, 0)]
+        ("pcaps/h0-any.pcap", 12, 924, 9, 3), ("pcaps/h1-any.pcap", 13, 1036, 11, 2),
+        ("pcaps/h2-any.pcap", 2, 149, 2, 0)]
     assert sorted(rows(metrics.undecodable(packets), "node", "error", "packets")) == [
         ("h0", "UDP not to or from port 7000", 1), ("h0", "not IPv4 (ethertype 0x0806)", 1),
         ("h0", "not UDP (ICMP)", 1), ("h1", "foreign packet: magic b'XX', expected b'GS'", 1),

@@ -31,21 +31,21 @@ def test_rows_of_a_cooked_v2_capture(tmp_path):
     g, lv, d = "GOSSIP", "LIVE", "DATA"
     a0, a1, a3 = "10.0.0.1", "10.0.0.2", "10.0.0.4"
     assert got == [
-        (1, 85, 85, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 37, True, None, g, 0, 1, 0, 21),
-        (2, 70, 70, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 22, True, None, lv, 0, 2, 0, 6),
-        (3, 96, 96, 2, "in", a1, a0, "h1", "h0", 17, 7000, 7000, 48, True, None, d, 1, 1, 0, 32),
-        (4, 85, 85, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 37, True, None, g, 0, 3, 0, 21),
-        (5, 85, 85, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 37, True, None, g, 0, 4, 0, 21),
+        (1, 86, 86, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 38, True, None, g, 0, 1, 0, 29),
+        (2, 71, 71, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 23, True, None, lv, 0, 2, 0, 14),
+        (3, 97, 97, 2, "in", a1, a0, "h1", "h0", 17, 7000, 7000, 49, True, None, d, 1, 1, 0, 40),
+        (4, 86, 86, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 38, True, None, g, 0, 3, 0, 29),
+        (5, 86, 86, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 38, True, None, g, 0, 4, 0, 29),
         (6, 52, 52, 2, "in", a1, a0, "h1", "h0", 1, None, None, None, False, "not UDP (ICMP)",
          None, None, None, None, None),
         (7, 48, 48, 2, None, None, None, None, None, None, None, None, None, False,
          "not IPv4 (ethertype 0x0806)", None, None, None, None, None),
-        (8, 85, 85, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 37, True, None, g, 0, 5, 1, 21),
-        (9, 70, 70, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 22, True, None, lv, 0, 6, 0, 6),
-        (10, 96, 96, 2, "in", a1, a0, "h1", "h0", 17, 7000, 7000, 48, True, None, d, 1, 2, 0, 32),
+        (8, 86, 86, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 38, True, None, g, 0, 5, 1, 29),
+        (9, 71, 71, 2, "out", a0, a1, "h0", "h1", 17, 7000, 7000, 23, True, None, lv, 0, 6, 0, 14),
+        (10, 97, 97, 2, "in", a1, a0, "h1", "h0", 17, 7000, 7000, 49, True, None, d, 1, 2, 0, 40),
         (11, 58, 58, 2, "out", a0, "10.9.9.9", "h0", None, 17, 40000, 53, 10, False,
          "UDP not to or from port 7000", None, None, None, None, None),
-        (12, 85, 85, 2, "in", a3, a0, "h3", "h0", 17, 7000, 7000, 37, True, None, g, 3, 1, 0, 21),
+        (12, 86, 86, 2, "in", a3, a0, "h3", "h0", 17, 7000, 7000, 38, True, None, g, 3, 1, 0, 29),
     ]
     assert rows[0]["ts"] == pytest.approx(1001.1, abs=1e-6)
     assert rows[0]["t_s"] == pytest.approx(1.1, abs=1e-6)
@@ -58,13 +58,13 @@ def test_snaplen_cut_payloads_decode_from_the_header_and_vlan_is_skipped(tmp_pat
     assert len(rows) == 13
     first = rows[0]
     assert (first["frame_len"], first["cap_len"], first["payload_len"], first["payload_truncated"],
-            first["decoded"], first["type_name"], first["seq"], first["length"]) == (90, 60, 48, True, True,
-                                                                                      "DATA", 1, 32)
+            first["decoded"], first["type_name"], first["seq"], first["length"]) == (91, 60, 49, True, True,
+                                                                                      "DATA", 1, 40)
     foreign, vlan = rows[11], rows[12]
     assert (foreign["direction"], foreign["decoded"], foreign["error"]) == (
         "in", False, "foreign packet: magic b'XX', expected b'GS'")
     assert (vlan["direction"], vlan["ip_dst"], vlan["payload_len"], vlan["decoded"], vlan["error"]) == (
-        "out", "10.0.0.4", 37, False, "protocol header not captured (snaplen)")
+        "out", "10.0.0.4", 38, False, "protocol header not captured (snaplen)")
 
 
 def test_a_whole_payload_is_checked_to_the_end_of_the_body(tmp_path):
@@ -91,11 +91,17 @@ def test_unsupported_link_type_keeps_the_frames_as_undecodable(tmp_path):
 
 def test_fragments_and_short_headers_are_undecodable():
     dec = FrameDecoder(101, syn.ADDR["h0"], NAMES)
+
+    def decoded_error(frame: bytes) -> tuple:
+        (row,) = dec.decode(frame)
+        cols = dict(zip(PACKET_COLUMNS[9:], row))
+        return cols["decoded"], cols["error"]
+
     ip = syn.udp("h0", "h1", syn.gossip(0, 1))
     ip.mf = 1  # more fragments
-    assert dec.decode(bytes(ip))[12:14] == (False, "IP fragment")
-    assert dec.decode(bytes(syn.udp("h0", "h1", syn.gossip(0, 1)))[:24])[12:14] == (False, "UDP header not captured")
-    assert dec.decode(b"\x60" + b"\x00" * 39)[12:14] == (False, "not IPv4 (IP version 6)")
+    assert decoded_error(bytes(ip)) == (False, "IP fragment")
+    assert decoded_error(bytes(syn.udp("h0", "h1", syn.gossip(0, 1)))[:24]) == (False, "UDP header not captured")
+    assert decoded_error(b"\x60" + b"\x00" * 39) == (False, "not IPv4 (IP version 6)")
 
 
 def test_truncated_file_yields_the_whole_records_and_scan_names_the_problem(tmp_path):
@@ -104,8 +110,8 @@ def test_truncated_file_yields_the_whole_records_and_scan_names_the_problem(tmp_
     c = cap(f, "h2", syn.ADDR["h2"])
     assert [r[4] for r in packet_rows(c, "r", syn.T0, NAMES)] == [1, 2]
     node, iface, rel, link_type, packets, total, first, last, error = scan(c)
-    assert (node, iface, rel, link_type, packets, total) == ("h2", "any", "pcaps/h2-any.pcap", 113, 2, 66 + 81)
-    assert error == f"pcaps/h2-any.pcap: truncated packet 3 at byte {whole} after 2 packets (10 of 81 bytes)"
+    assert (node, iface, rel, link_type, packets, total) == ("h2", "any", "pcaps/h2-any.pcap", 113, 2, 67 + 82)
+    assert error == f"pcaps/h2-any.pcap: truncated packet 3 at byte {whole} after 2 packets (10 of 82 bytes)"
     assert first == pytest.approx(1002.2) and last == pytest.approx(1002.3)
 
 
@@ -128,9 +134,9 @@ def test_corrupt_record_header(tmp_path):
     second = 24 + 16 + len(syn.H0_FRAMES[0][1])
     struct.pack_into("<I", data, second + 8, 10_000_000)  # captured length
     f.write_bytes(bytes(data))
-    assert scan(cap(f))[4:6] == (1, 85)
+    assert scan(cap(f))[4:6] == (1, 86)
     assert scan(cap(f))[-1] == (f"pcaps/x.pcap: corrupt record header at byte {second} after 1 packets "
-                                f"(captured length 10000000, original length 70)")
+                                f"(captured length 10000000, original length 71)")
 
 
 def test_missing_file(tmp_path):
@@ -144,7 +150,7 @@ def test_big_endian_nanosecond_pcap(tmp_path):
                   + struct.pack(">IIII", 1001, 250_000_000, len(frame), len(frame)) + frame)
     with PcapFile(f) as pf:
         ((n, ts, cap_len, orig_len, data),) = list(pf)
-    assert (n, ts, cap_len, orig_len, data) == (1, 1001.25, 85, 85, frame)
+    assert (n, ts, cap_len, orig_len, data) == (1, 1001.25, 86, 86, frame)
     with pytest.raises(PcapError, match="truncated pcap header"):
         (tmp_path / "short.pcap").write_bytes(b"\xa1\xb2\x3c\x4d")
         PcapFile(tmp_path / "short.pcap")
