@@ -87,3 +87,20 @@ def state_dir(tmp_path, monkeypatch):
 
 def run_quiet(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def direct_runs(tmp_path_factory):
+    """transport -> run directory of the `direct` protocol on that transport (tests/integration/transport_runs.py);
+    run once per session, on first use. Tests that use it need the root and mininet markers."""
+    from tests.integration.transport_runs import TRANSPORTS, direct_run
+
+    tmp = tmp_path_factory.mktemp("direct-runs")
+    cache: dict[str, object] = {}
+
+    def get(transport: str):
+        if transport not in cache:
+            cache[transport] = direct_run(transport, tmp)
+        return cache[transport]
+
+    return {t: (lambda t=t: get(t)) for t in TRANSPORTS}

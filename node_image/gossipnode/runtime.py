@@ -12,13 +12,13 @@ Transports (all carry the same packets: the common envelope, then the protocol's
   TTL. Multicast loopback stays on (kernel multicast routing forwards a member's own packets from their
   looped-back copy); the member's own packets are discarded here. A datagram must come from the IP address of
   the member it names.
-- TCP: a listening socket on `listen` (TCP's port space), and at most one connection per peer pair, opened on
-  the first `stream` send to a peer. Frames are the packets themselves (the envelope's length delimits them).
+- TCP: a listening socket on `listen` (TCP's port space), and one connection per peer pair that both ends send
+  on, opened on the first `stream` send to a peer. Frames are the packets themselves (the envelope's length delimits them).
   The core hears `up` when a connection is established (connected, or accepted and its first frame named a
   member from that member's IP) and `failed` when it ends without the core having asked: EOF, RST, a timeout
   (TCP_USER_TIMEOUT for unacknowledged data, keepalive for an idle connection across a cut link) or a refused
-  or timed-out connect. When both ends connect at once, the connection opened by the lower member id is kept and
-  the other closed quietly on both sides.
+  or timed-out connect. When both ends connect at once, both send on the connection the lower member id opened;
+  the other stays open and is only read from (closing it could lose frames in flight), and ends silently.
 Packets from unknown sources, or that do not decode, are counted and logged (rate-limited), never trusted.
 """
 from __future__ import annotations
@@ -172,6 +172,7 @@ class NodeRuntime:
         self._mcast_recv: list[asyncio.DatagramTransport] = []
         self._tcp_server: asyncio.AbstractServer | None = None
         self._conns: dict[int, _TcpConn] = {}
+        self._spares: set[_TcpConn] = set()             # second connections of a double connect (read only)
         self._pending: dict[int, list[bytes]] = {}       # frames waiting for a connection being opened
         self._timer: asyncio.TimerHandle | None = None
         self._due = float("inf")
@@ -223,7 +224,7 @@ class NodeRuntime:
                 transport.close()
             for transport in self._mcast_recv:
                 transport.close()
-            for conn in list(self._conns.values()):
+            for conn in [*self._conns.values(), *self._spares]:
                 conn.close()
             if self._tcp_server is not None:
                 self._tcp_server.close()
@@ -407,7 +408,10 @@ class NodeRuntime:
 
     def _tcp_send(self, dest: int, frame: bytes) -> None:
         conn = self._conns.get(dest)
-        if conn is not None and conn.transport is not None and not conn.transport.is_closing():
+        if conn is not None and conn.transport is not None:
+            if conn.transport.is_closing():      # lost; the core hears `failed` from connection_lost
+                self.counters["tcp_frames_dropped"] += 1
+                return
             conn.transport.write(frame)
             self.counters["tcp_frames_out"] += 1
             self.counters["tcp_bytes_out"] += len(frame)
@@ -429,30 +433,28 @@ class NodeRuntime:
             await asyncio.wait_for(loop.create_connection(lambda: conn, host, port),
                                    timeout=self.cfg.tcp.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
+            if dest in self._conns:              # the peer connected to us meanwhile: its connection serves
+                return
             queued = self._pending.pop(dest, [])
             self.counters["tcp_frames_dropped"] += len(queued)
-            if dest not in self._conns:
-                reason = "timeout" if isinstance(exc, asyncio.TimeoutError) else f"connect: {exc.strerror or exc}"
-                self._connection_event(dest, "failed", reason)
+            reason = "timeout" if isinstance(exc, asyncio.TimeoutError) else f"connect: {exc.strerror or exc}"
+            self._connection_event(dest, "failed", reason)
             return
         self._adopt(conn)
 
     def _adopt(self, conn: _TcpConn) -> None:
-        """A connection to `conn.peer` is established: keep it, or (both ends connected at once) keep the one the
-        lower member id opened and close the other quietly."""
+        """A connection to `conn.peer` is established. When both ends connected at once, both connections stay
+        open (closing one could lose frames already in flight on it) and both ends send on the one the lower
+        member id opened; the other is a spare that is only read from, and that ends silently."""
         assert conn.peer is not None
         peer = conn.peer
         existing = self._conns.get(peer)
-        if existing is not None and existing is not conn and not existing.quiet:
+        if existing is not None and existing is not conn:
             opener_new = self.cfg.id if conn.outgoing else peer
-            if opener_new != min(self.cfg.id, peer):
-                conn.close()
-                self.counters["tcp_duplicate_closed"] += 1
-                self._flush_pending(peer)
-                return
-            existing.close()
-            self.counters["tcp_duplicate_closed"] += 1
-            self._conns[peer] = conn
+            winner, spare = (conn, existing) if opener_new == min(self.cfg.id, peer) else (existing, conn)
+            self._conns[peer] = winner
+            self._spares.add(spare)
+            self.counters["tcp_double_connections"] += 1
             self._flush_pending(peer)
             return
         self._conns[peer] = conn
@@ -498,8 +500,11 @@ class NodeRuntime:
 
     def on_tcp_lost(self, conn: _TcpConn, exc: Exception | None) -> None:
         peer = conn.peer
+        if conn in self._spares:
+            self._spares.discard(conn)
+            return
         if peer is None or self._conns.get(peer) is not conn:
-            return                            # never adopted, or the loser of a double connect
+            return                            # never adopted
         del self._conns[peer]
         if conn.quiet or self._stopped.is_set():
             return
@@ -518,6 +523,9 @@ class NodeRuntime:
         self._pending.pop(peer, None)
         if conn is not None:
             conn.close()
+        for spare in [c for c in self._spares if c.peer == peer]:
+            self._spares.discard(spare)
+            spare.close()
 
     def _connection_event(self, peer: int, event: str, reason: str) -> None:
         self.counters[f"tcp_{event}"] += 1

@@ -1,5 +1,6 @@
 """`direct` as a sans-IO core: send each data message to every other member by the configured transport; log
-the first receipt of each (origin, seq); nothing else."""
+the first receipt of each (origin, seq); nothing else. Over TCP a member whose connection failed (the transport's
+failure detector: EOF, RST, timeout, refused connect) is sent nothing more: `direct` does not reconnect."""
 from __future__ import annotations
 
 from collections import Counter
@@ -42,8 +43,8 @@ class DirectNode(Core):
         others = [j for j in range(self.n) if j != self.me]
         if self.transport == "udp":
             out.send.extend((j, msg) for j in others)
-        elif self.transport == "tcp":
-            out.stream.extend((j, msg) for j in others)
+        elif self.transport == "tcp":     # no reconnection: a peer whose connection failed is gone for good
+            out.stream.extend((j, msg) for j in others if self.connections.get(j) != "failed")
         else:
             assert self.group is not None
             out.mcast.append((self.group, msg))
