@@ -144,7 +144,7 @@ class _TcpConn(asyncio.Protocol):
             frame = bytes(self.buf[:size])
             del self.buf[:size]
             self.node.on_frame(self, frame)
-            if self.transport is None or self.transport.is_closing():
+            if self.transport is not None and self.transport.is_closing():   # aborted on a bad frame
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
