@@ -85,6 +85,7 @@ class Router:
         if len(self.vifs) > MAXVIFS:
             raise ValueError(f"{self.node}: {len(self.vifs)} vifs, the kernel allows {MAXVIFS}")
         self.mfc = spec["mfc"]
+        self.mfc_count = len(self.mfc)
         self.sock: socket.socket | None = None
         self.upcalls = 0
 
@@ -177,6 +178,14 @@ def serve(config: dict) -> int:
         for r in routers:
             r.install()
         took = time.monotonic() - t0
+        for r in routers:                       # the kernel holds the routes now: drop our copy of them
+            r.mfc_count, r.mfc = len(r.mfc), None
+        del config["namespaces"]
+        import ctypes
+        import gc
+
+        gc.collect()
+        ctypes.CDLL(None).malloc_trim(0)        # give the freed config back to the system
         try:
             os.unlink(config["control"])
         except FileNotFoundError:
@@ -194,7 +203,7 @@ def serve(config: dict) -> int:
         _log(f"startup failed: {exc}")
         return 1
     installed = {"namespaces": len(routers), "vifs": sum(len(r.vifs) for r in routers),
-                 "mfc": sum(len(r.mfc) for r in routers), "install_s": round(took, 4)}
+                 "mfc": sum(r.mfc_count for r in routers), "install_s": round(took, 4)}
     _log(f"installed {installed}")
     sys.stdout.write(f"READY {os.getpid()}\n")
     sys.stdout.flush()

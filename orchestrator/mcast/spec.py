@@ -31,7 +31,8 @@ class GroupSpec(Strict):
     name: str
     address: str
     members: Literal["all"] | list[str] = "all"
-    # Who may send to the group (one (S,G) kernel route per sender on every node of the group's tree).
+    # Who may send to the group: a sender's node gets a (self,G) route; others' packets are only delivered to
+    # themselves (the kernel does not forward them).
     senders: Literal["all"] | list[str] = "all"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
 

@@ -7,12 +7,13 @@ on it (routers that are not members included) forwards a group packet once on ev
 came from; a packet therefore crosses each tree link once, away from its sender, and no other link.
 
 How the kernel does it (docs/multicast.md has what was measured): every node on a tree runs the kernel's
-multicast forwarding (ipmr) with one (S,G) entry per sender S of the group: incoming interface = the tree link
-towards S, outgoing = the other tree links. A member also has `mc0`, a veth whose peer `mc0p` stays down (so
+multicast forwarding (ipmr) with a (*,G) entry per group (bidirectional, as PIM-BIDIR uses it: a (*,*) "proxy"
+entry makes every tree link an accepted incoming interface, and a (*,G) packet goes out of every tree link but
+the one it came in on), see `mfc_entries`. A member also has `mc0`, a veth whose peer `mc0p` stays down (so
 nothing is ever transmitted on it, and it is never shaped): its node sends on it (IP_MULTICAST_IF) and joins the
 group on it. The kernel loops a member's own packet back through mc0 into ipmr (entry (self, G) with incoming
 interface mc0), which forwards it onto the tree links, each copy shaped once by the link's egress. A packet from
-elsewhere is forwarded onto mc0 too (every (S,G) with S != self has mc0 among its outgoing interfaces); the
+elsewhere is forwarded onto mc0 too (the (*,G) entry of a member lists mc0 among its outgoing interfaces); the
 kernel delivers that copy locally (looped back, never transmitted) exactly once, whatever link it came in on.
 Members never join on the links: a copy forwarded out of a link the node has joined on is looped back through
 that link's POSTROUTING hook (the delay line would queue it) and delivered a second time.
@@ -203,7 +204,8 @@ def towards(plan: "NetworkPlan", group: Group, node: str, sender: str) -> str:
 
 @dataclass(frozen=True)
 class MfcEntry:
-    """One (S,G) route of one node: packets from `origin` to `group` arriving on `iif` go out of every `oifs`."""
+    """One kernel route of one node: packets from `origin` (ANY = 0.0.0.0) to `group` (ANY: the (*,*) entry)
+    whose incoming interface is `iif` go out of every `oifs`."""
 
     group: str
     origin: str
@@ -214,18 +216,37 @@ class MfcEntry:
         return {"group": self.group, "origin": self.origin, "iif": self.iif, "oifs": list(self.oifs)}
 
 
+ANY = "0.0.0.0"
+
+
 def mfc_entries(plan: "NetworkPlan", node: str) -> list[MfcEntry]:
-    """Every (S,G) route `node` needs: one per sender of each group whose tree holds the node."""
+    """The kernel routes `node` needs (a shared, bidirectional tree per group; docs/multicast.md):
+
+    - per group whose tree holds the node: (*,G) with incoming interface P, outgoing = the node's tree links of
+      the group (+ mc0 at a member). ipmr forwards a (*,G) packet to every outgoing interface but the one it came
+      in on, and accepts it on P or on any interface the (*,*) entry of parent P lists;
+    - per group the node may send to: (self,G) with incoming mc0, outgoing = its tree links (the looped-back copy
+      of its own packets; without it they would be taken for a copy forwarded onto mc0 and only delivered);
+    - one (*,*) entry with incoming P, outgoing = every tree link of the node: the "proxy" that makes each tree
+      link an accepted incoming interface of the (*,G) entries (never mc0: a copy looped back from mc0 must not
+      be forwarded again).
+
+    P is the node's first tree link. O(groups) routes per node, whatever the number of senders."""
+    groups = [g for g in plan.groups if node in g.nodes]
+    links = [i for i in vifs(plan, node) if i != SEND_IF]
+    if not links:
+        return []
+    parent = links[0]
     out = []
-    for g in plan.groups:
-        if node not in g.nodes:
-            continue
+    for g in groups:
         ifs = tree_ifs(plan, g, node)
+        if not ifs:
+            continue
         local = node in g.members
-        for s in g.senders:
-            iif = towards(plan, g, node, s)
-            oifs = [i for i in ifs if i != iif] + ([SEND_IF] if local and s != node else [])
-            out.append(MfcEntry(group=g.address, origin=plan.node(s).address, iif=iif, oifs=tuple(oifs)))
+        if local and node in g.senders:
+            out.append(MfcEntry(group=g.address, origin=plan.node(node).address, iif=SEND_IF, oifs=tuple(ifs)))
+        out.append(MfcEntry(group=g.address, origin=ANY, iif=parent, oifs=tuple(ifs + ([SEND_IF] if local else []))))
+    out.append(MfcEntry(group=ANY, origin=ANY, iif=parent, oifs=tuple(links)))
     return out
 
 

@@ -41,33 +41,59 @@ def reference_tree(plan: NetworkPlan, members: list[str]) -> nx.Graph:
 
 
 def simulate(plan: NetworkPlan, group, sender: str) -> tuple[dict[str, int], dict[str, int]]:
-    """One packet from `sender`, forwarded as ipmr does with the plan's (S,G) routes: it enters the sender's ipmr
-    on mc0 (the looped-back copy) with the group's TTL; a node forwards a copy arriving on the entry's incoming
-    interface to every outgoing one when TTL > 1 (decrementing it); a copy onto mc0 is a local delivery.
+    """One packet from `sender`, forwarded as ipmr (net/ipv4/ipmr.c: ip_mr_input, ip_mr_forward) does with the
+    plan's routes. The packet enters the sender's ipmr as the copy looped back on mc0 (an output route) with the
+    group's TTL. Lookup: the exact (S,G); else a (*,G) listing the incoming interface as outgoing or whose
+    parent's (*,*) lists it; else the (*,*) whose parent is the incoming interface. Acceptance: a (*,G) whose
+    parent's (*,*) lists the incoming interface, or any entry whose parent is it; else dropped (wrong interface).
+    Forwarding: to every outgoing interface (a (*,G): but the incoming one) when TTL > 1, decrementing it; a
+    (*,*) entry only forwards towards its parent. A copy forwarded onto mc0 is looped back (an output route)
+    into ipmr again and delivered locally, since the node joined on mc0; it must not be forwarded further.
     Returns (copies per link direction, deliveries per node)."""
-    routes = {n.name: {(e.origin, e.group): e for e in mfc_entries(plan, n.name)} for n in plan.nodes}
+    any_ = "0.0.0.0"
+    routes = {n.name: mfc_entries(plan, n.name) for n in plan.nodes}
     ifs = {}
     for lk in plan.links:
         ifs[(lk.parent, lk.parent_if)] = (lk.child, lk.child_if, f"{lk.id}/down")
         ifs[(lk.child, lk.child_if)] = (lk.parent, lk.parent_if, f"{lk.id}/up")
-    key = (plan.node(sender).address, group.address)
+    src, grp = plan.node(sender).address, group.address
     copies: dict[str, int] = {}
     delivered: dict[str, int] = {}
-    work = [(sender, SEND_IF, group.ttl)]
+
+    def proxy(node, parent):
+        return next((e for e in routes[node] if e.group == any_ and e.origin == any_ and e.iif == parent), None)
+
+    work = [(sender, SEND_IF, group.ttl, True)]        # (node, incoming interface, TTL, looped back from output)
     while work:
-        node, iif, ttl = work.pop()
-        e = routes[node].get(key)
-        assert e is not None, f"{node} has no route for {key}"
-        assert e.iif == iif, f"{node}: copy arrived on {iif}, the route expects {e.iif} (dropped as wrong_if)"
-        if ttl <= 1:
+        node, iif, ttl, looped = work.pop()
+        if looped and iif == SEND_IF and node != sender:
+            delivered[node] = delivered.get(node, 0) + 1
+        es = routes[node]
+        c = next((e for e in es if (e.origin, e.group) == (src, grp)), None)
+        if c is None:
+            c = next((e for e in es if e.origin == any_ and e.group == grp and (
+                iif in e.oifs or ((p := proxy(node, e.iif)) is not None and iif in p.oifs))), None)
+        if c is None:
+            c = proxy(node, iif)
+        if c is None:
+            assert looped, f"{node}: a copy from a link without a route (upcall, dropped)"
             continue
-        for oif in e.oifs:
+        p = proxy(node, c.iif) if c.origin == any_ else None
+        if not (p is not None and iif in p.oifs) and c.iif != iif:
+            assert looped, f"{node}: a copy arrived on {iif}, the route expects {c.iif} (wrong interface)"
+            continue                                   # our own looped-back copy: delivered only
+        if c.group == any_:
+            assert iif == c.iif, "a (*,*) entry forwarded towards its parent"
+            continue
+        for oif in c.oifs:
+            if (c.origin == any_ and oif == iif) or ttl <= 1:
+                continue
             if oif == SEND_IF:
-                delivered[node] = delivered.get(node, 0) + 1
+                work.append((node, SEND_IF, ttl - 1, True))
             else:
                 peer, peer_if, direction = ifs[(node, oif)]
                 copies[direction] = copies.get(direction, 0) + 1
-                work.append((peer, peer_if, ttl - 1))
+                work.append((peer, peer_if, ttl - 1, False))
     return copies, delivered
 
 
@@ -126,11 +152,15 @@ def test_subset_groups_senders_and_ports():
     assert b.members == ("h5", "h21", "h39") and b.senders == ("h21",)
     copies, delivered = simulate(plan, b, "h21")
     assert delivered == {"h5": 1, "h39": 1}
-    # Only one (S,G) route per node for b (one sender), 40 per tree node for a.
-    root = plan.nodes[0].name
-    entries = mfc_entries(plan, root)
-    assert sum(e.group == a.address for e in entries) == 40
-    assert sum(e.group == b.address for e in entries) == (1 if root in b.nodes else 0)
+    # O(groups) routes per node: (*,G) per group on its tree, (self,G) where it may send, one (*,*).
+    for n in plan.nodes:
+        entries = mfc_entries(plan, n.name)
+        for g in (a, b):
+            want = (n.name in g.nodes) + (n.name in g.senders and len(g.members) > 1)
+            assert sum(e.group == g.address for e in entries) == want, (n.name, g.name)
+        assert sum(e.group == "0.0.0.0" for e in entries) == 1
+    copies, delivered = simulate(plan, b, "h5")      # not a sender: delivered to nobody else, forwarded nowhere
+    assert copies == {} and delivered == {}
     ep = member_endpoints(plan, "h21")
     assert [e["name"] for e in ep] == ["a", "b"]
     assert ep[1] == {"name": "b", "address": "239.2.0.9", "port": 7100, "ttl": b.ttl, "send_if": "mc0",
@@ -217,7 +247,7 @@ def test_dense_1000_entries_scale_with_senders():
             "multicast: {groups: [{name: d, address: 239.1.0.1, senders: [h0, h999]}]}\n")
     plan = plan_of(text)
     total = sum(len(mfc_entries(plan, n.name)) for n in plan.nodes)
-    assert total == 2 * 1000
+    assert total == 1000 + 2 + 1000          # (*,G) and (*,*) everywhere, (self,G) at the two senders
     for s in ("h0", "h999"):
         copies, delivered = simulate(plan, plan.groups[0], s)
         assert len(copies) == 999 and len(delivered) == 999
