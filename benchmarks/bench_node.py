@@ -24,7 +24,8 @@ from tempfile import TemporaryDirectory
 
 from gossipnode import wire
 from gossipnode.config import NodeConfig
-from gossipnode.gsgc import GsgcNode
+from gossipnode.protocols.gsgc import wire as gsgc_wire
+from gossipnode.protocols.gsgc.core import GsgcNode
 from gossipnode.runtime import NodeRuntime
 
 
@@ -51,7 +52,7 @@ def configs(s: Scenario, tmp: Path) -> list[NodeConfig]:
     members = [{"id": i, "name": f"m{i}", "addr": f"127.0.0.1:{20000 + i}"} for i in range(s.n)]
     common = {
         "members": members,
-        "gsgc": {"subgroup": s.subgroup, "step_s": 1.0, "fail_k": s.fail_k},
+        "protocol": {"name": "gsgc", "subgroup": s.subgroup, "step_s": 1.0, "fail_k": s.fail_k},
         "senders": list(range(s.senders)),
         "workload": {"rate_per_s": s.rate_per_s or 1.0, "size_bytes": 64, "stop_s": None if s.rate_per_s else 1e-3},
         "event_log": str(tmp / "unused.jsonl"),
@@ -120,9 +121,9 @@ def run_udp(tmp: Path, packets: int) -> dict:
     addrs = [f"127.0.0.1:{node_sock.getsockname()[1]}", f"127.0.0.1:{peer.getsockname()[1]}"]
     members = [{"id": i, "name": f"m{i}", "addr": a} for i, a in enumerate(addrs)]
     cfg = NodeConfig.model_validate({"name": "m0", "id": 0, "listen": addrs[0], "members": members,
-                                     "gsgc": {"subgroup": 1, "step_s": 3600.0}, "event_log": str(tmp / "udp.jsonl")})
+                                     "protocol": {"name": "gsgc", "subgroup": 1, "step_s": 3600.0}, "event_log": str(tmp / "udp.jsonl")})
     runtime = NodeRuntime(cfg, node_sock)
-    batch = [wire.encode(wire.Message(wire.MsgType.GOSSIP, 1, k, 0, wire.Gossip((), (), 0b10, 2)))
+    batch = [wire.encode(gsgc_wire.Message(gsgc_wire.MsgType.GOSSIP, 1, k, 0, gsgc_wire.Gossip((), (), 0b10, 2)))
              for k in range(packets)]
 
     async def blast() -> float:

@@ -163,6 +163,7 @@ class NodeRuntime:
         self._sock = sock
         self.addr_of = {m.id: parse_addr(m.addr) for m in cfg.members}
         self.core: Core | None = None
+        self._codec = wire.BY_NAME[cfg.protocol.name]
         self.counters: Counter[str] = Counter()
         self._log = EventLog(cfg.event_log, cfg.name)
         self._bad_log = RateLimiter(20)
@@ -324,7 +325,7 @@ class NodeRuntime:
     def _deliver(self, msg: Any, now: float, via: str) -> None:
         """Hand a decoded, authenticated message to the core (BadMessage propagates to the caller)."""
         assert self.core is not None
-        if type(msg).CODEC.name != self.cfg.protocol.name:
+        if type(msg).CODEC is not self._codec:
             raise BadMessage(f"a {type(msg).CODEC.name} packet; this node runs {self.cfg.protocol.name}")
         try:
             out = self.core.receive(msg, now, via)

@@ -80,6 +80,13 @@ class Codec:
     decode: Callable[[int, int, memoryview], Any]
     header_columns: Callable[[int, memoryview], dict[str, int | None]] = field(
         default=lambda _t, _rest: {"seq": None, "round": None})
+    # Optional fast path: the whole packet, envelope included, in one step (the node's hot path).
+    encode_packet: Callable[[Any], bytes] | None = None
+    # Optional fast path for a well-formed packet: the message, or None to take the generic (checking) path.
+    decode_packet: Callable[[bytes], Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.type_of = {int(t): t for t in self.types}   # number -> enum member, without an enum call
 
 
 CODECS: dict[int, Codec] = {}
@@ -111,6 +118,8 @@ def pack(protocol: int, mtype: int, sender: int, rest: bytes) -> bytes:
 def encode(msg: Any) -> bytes:
     """Serialise a message of any registered protocol (its class carries `CODEC`); ValueError if it does not fit."""
     codec: Codec = type(msg).CODEC
+    if codec.encode_packet is not None:
+        return codec.encode_packet(msg)
     mtype, sender, rest = codec.encode(msg)
     return pack(codec.id, mtype, sender, rest)
 
@@ -136,10 +145,8 @@ def parse_envelope(packet: bytes | memoryview, exact: bool = True) -> Envelope:
     codec = CODECS.get(protocol)
     if codec is None:
         raise DecodeError(f"unknown protocol id {protocol}")
-    try:
-        codec.types(mtype)
-    except ValueError:
-        raise DecodeError(f"{codec.name}: unknown message type {mtype}") from None
+    if mtype not in codec.type_of:
+        raise DecodeError(f"{codec.name}: unknown message type {mtype}")
     if exact:
         actual = len(packet) - ENVELOPE_SIZE
         if length != actual:
@@ -151,6 +158,12 @@ def parse_envelope(packet: bytes | memoryview, exact: bool = True) -> Envelope:
 def decode(packet: bytes) -> Any:
     """Parse one packet of any registered protocol; DecodeError (a ValueError) for anything truncated, foreign or
     inconsistent."""
+    if len(packet) > 3:
+        fast = CODECS.get(packet[3])
+        if fast is not None and fast.decode_packet is not None:
+            msg = fast.decode_packet(packet)
+            if msg is not None:
+                return msg
     env = parse_envelope(packet)
     return CODECS[env.protocol].decode(env.type, env.sender, memoryview(packet)[ENVELOPE_SIZE:])
 

@@ -139,3 +139,9 @@ def test_fuzz_mutated_packets_decode_or_decode_error(msg, data):
         except DecodeError:
             continue
         assert wire.encode(decoded) == candidate
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.type.name)
+def test_the_fast_path_encodes_as_the_generic_envelope_does(msg):
+    mtype, sender, rest = wire.CODEC.encode(msg)
+    assert wire.encode(msg) == gwire.pack(wire.PROTOCOL_ID, mtype, sender, rest)

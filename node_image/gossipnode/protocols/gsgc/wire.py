@@ -192,8 +192,35 @@ def _encode(msg: Message) -> tuple[int, int, bytes]:
         raise ValueError(f"cannot encode {msg.type.name} message: {exc}") from None
 
 
+_PACKET = struct.Struct("!2sBBBHHII")  # envelope + GSGC header, packed at once on the hot path
+_TYPE = {int(t): t for t in MsgType}
+
+
+def _encode_packet(msg: Message) -> bytes:
+    try:
+        body = _encode_body(msg)
+        if len(body) > MAX_BODY:
+            raise ValueError(f"body of {len(body)} bytes exceeds {MAX_BODY}")
+        return _PACKET.pack(wire.MAGIC, wire.VERSION, PROTOCOL_ID, msg.type, msg.sender, HEADER.size + len(body),
+                            msg.seq, msg.round) + body
+    except struct.error as exc:
+        raise ValueError(f"cannot encode {msg.type.name} message: {exc}") from None
+
+
+def _decode_packet(packet: bytes) -> Message | None:
+    """The hot path: a packet whose envelope and header are in order decodes here in one unpack; anything else
+    returns None and takes the generic path, which names the problem."""
+    if len(packet) < HEADER_SIZE:
+        return None
+    magic, version, _proto, mtype, sender, length, seq, rnd = _PACKET.unpack_from(packet)
+    kind = _TYPE.get(mtype)
+    if magic != wire.MAGIC or version != wire.VERSION or kind is None or length != len(packet) - wire.ENVELOPE_SIZE:
+        return None
+    return Message(kind, sender, seq, rnd, _decode_body(kind, memoryview(packet)[HEADER_SIZE:]))
+
+
 def _decode(mtype: int, sender: int, rest: memoryview) -> Message:
-    kind = MsgType(mtype)
+    kind = _TYPE[mtype]
     if len(rest) < HEADER.size:
         raise DecodeError(f"{kind.name}: {len(rest)} bytes after the envelope, the GSGC header alone is "
                           f"{HEADER.size}")
@@ -223,7 +250,8 @@ CODEC = wire.register(wire.Codec(
         Layout(MsgType.STABLE, "STABLE", (F("m", "u16"), F("S", "u32", "m"))),
         Layout(MsgType.LIVE, "LIVE", (F("n", "u16"), F("L", "u8", "n", "Figure 3's live array"))),
     ),
-    encode=_encode, decode=_decode, header_columns=_header_columns,
+    encode=_encode, decode=_decode, header_columns=_header_columns, encode_packet=_encode_packet,
+    decode_packet=_decode_packet,
 ))
 Message.CODEC = CODEC  # type: ignore[attr-defined]
 
