@@ -81,20 +81,33 @@ def messages_over_time(series: Rows, actions: Rows, members: Sequence[str], bin_
 
 
 def timeline(actions: Rows, event_series: Rows, marks: Rows, members: Sequence[str], bin_s: float,
-             path: Path) -> Path:
-    """Schedule actions against delivery and stability: events per second on top; below, one row per member with
-    crashes, pauses and the failure declarations other members made about it (red: it had crashed)."""
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 3 + 0.18 * len(members) + 1.5), sharex=True,
-                                   gridspec_kw={"height_ratios": [1.2, max(1.0, 0.12 * len(members))]})
+             path: Path, throughput: Rows = ()) -> Path:
+    """Schedule actions against throughput, delivery and the protocol's events: bytes per second sent (data and
+    control) on top; events per second (the protocol's timeline events, data_received among them) below it;
+    then one row per member with crashes, pauses and the protocol's marks (`marks`: member, t_s, label, color;
+    GSGC: the failure declarations other members made about it, red when it had crashed)."""
+    fig, (ax0, ax1, ax2) = plt.subplots(
+        3, 1, figsize=(10, 4.5 + 0.18 * len(members) + 1.5), sharex=True,
+        gridspec_kw={"height_ratios": [1.0, 1.2, max(1.0, 0.12 * len(members))]})
+    for data, label, color in ((True, "data", "tab:blue"), (False, "control", "tab:orange")):
+        pts = sorted((r["t_bin_s"], r["bytes"] or 0) for r in throughput if bool(r["data"]) == data)
+        if pts:
+            ax0.step([p[0] for p in pts], [p[1] / bin_s for p in pts], where="post", label=label, lw=1, color=color)
+    _mark_actions(ax0, actions, label=True)
+    ax0.set(ylabel="bytes / s sent", title="Timeline: schedule, throughput, delivery and the protocol's events")
+    ax0.set_ylim(bottom=0)
+    ax0.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
     by_event: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for r in event_series:
         by_event[r["event"]].append((r["t_bin_s"], r["count"]))
     for event, pts in sorted(by_event.items()):
         pts.sort()
         ax1.step([p[0] for p in pts], [p[1] / bin_s for p in pts], where="post", label=event, lw=1)
-    _mark_actions(ax1, actions, label=True)
-    ax1.set(ylabel="events / s (all members)", title="Timeline: schedule, delivery, stability, failure detection")
-    ax1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _mark_actions(ax1, actions)
+    ax1.set(ylabel="events / s (all members)")
+    if by_event:
+        ax1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
     row = {m: i for i, m in enumerate(members)}
     paused: dict[str, float] = {}
@@ -110,10 +123,13 @@ def timeline(actions: Rows, event_series: Rows, marks: Rows, members: Sequence[s
                 start = paused.pop(t)
                 ax2.plot([start, a["actual_s"]], [row[t], row[t]], color="tab:gray", lw=5, alpha=0.6,
                          solid_capstyle="butt")
-    for kind, color in (("crashed", "tab:red"), ("alive", "tab:orange")):
-        pts = [m for m in marks if (m["crashed"] == (kind == "crashed")) and m["member"] in row]
+    kinds: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for m in marks:
+        if m["member"] in row:
+            kinds[(m["label"], m["color"])].append(m)
+    for (label, color), pts in sorted(kinds.items()):
         ax2.scatter([m["t_s"] for m in pts], [row[m["member"]] for m in pts], s=8, color=color, alpha=0.6,
-                    label=f"declared failed ({kind})")
+                    label=label)
     ax2.plot([], [], "x", color="tab:red", label="crash")
     ax2.plot([], [], color="tab:gray", lw=5, alpha=0.6, label="paused")
     ax2.set_yticks(range(len(members)))

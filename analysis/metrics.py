@@ -1,43 +1,40 @@
-"""GSGC metrics, named as in the paper (Guo et al. 1997, §4), as pure DataFrame transforms.
+"""The metrics every protocol gets (its own are in its plug-in, analysis/protocols/<name>.py), as pure DataFrame
+transforms.
 
 Inputs are the PACKETS and EVENTS tables (analysis.schemas), the MEMBERS table and two derived tables:
-`crashes` (member, crash_ts) and `lifetimes` (member, started_ts, crashed_ts, end_ts). Definitions (times are
-unix seconds; "first"/"last" are over event timestamps):
+`crashes` (member, crash_ts) and `lifetimes` (member, started_ts, crashed_ts, end_ts). Times are unix seconds.
+Definitions:
 
-- **TPR** (time per round) of round r at a gossip level (global; local, per local group; sc): the first
-  `round_completed` with via = constructed minus the first `round_started` of round r, over all members — the
-  paper's "start of the round until the first member constructs S". Rounds nobody constructed have no TPR.
-  Beside it: `steps` (the steps the constructing member took in the round: the paper's number of steps per
-  round), and over all members that completed the round, the mean of their own `tpr_s` and `steps`.
-- **time to stable** of data message (origin, seq): T − ts(data_sent), where T is the first time at which every
-  member that is live knows S[origin] ≥ seq. A member knows it from its first global `stable` event whose array
-  has S[origin] ≥ seq (S only grows). Members that started after the send, or crashed before it, do not count;
-  a member that crashes later counts until its crash: T = max over members m of min(reached_m, crashed_m). If
-  some counted member neither reached it nor crashed, the message never became stable (null).
-- **gossip messages and bytes per member per second**: messages of types GOSSIP, SC_GOSSIP, STABLE and LIVE a
-  member sent (its own capture, direction out, decoded), and their UDP payload bytes (the wire message size),
-  divided by the member's lifetime: from its first `node_started` to its crash, else its last `node_stopped`,
-  else the run's end.
-- **failure-detection latency** of crash c of member x: for every observer — a member started before c and
-  not crashed at or before c — the first `declared_failed` of x by the observer after c (and before the
-  observer's own crash) minus c. Observers that never declared x have no latency and count as undetected.
-- **false declarations**: `declared_failed` events naming a member that had not crashed at that time.
-- queue drops per link (from tc statistics) are in analysis.queues.
-
-A member restarted after a crash keeps its first crash as the end of its life (restarts are not modelled).
+- **delivery** of data message (origin, seq), from the generic data events every protocol logs (`data_sent`
+  at the origin, `data_received` at each receiver, first arrival): the members counted are the members other
+  than the origin that had started by the send and had not crashed at or before it (the members alive at the
+  send); the **delivery ratio** is the fraction of them with a `data_received` of (origin, seq), and each such
+  receipt's **latency** is its ts minus the send's. A member that crashes after the send counts; if it never
+  received the message, the ratio shows it.
+- **traffic by message type**: decoded messages each member sent (its own capture, direction out), per protocol
+  and type: messages, bytes (the message size: envelope + the rest, what the UDP payload or the TCP stream
+  carries) and both per member-second (over the lifetimes of the members with a capture: first
+  `node_started` to the crash, else the last `node_stopped`, else the run's end). A multicast datagram counts
+  once, at its sender; a TCP message once per connection it was sent on.
+- **control overhead**: messages and bytes of the types that carry no application data (wire `Layout.data`
+  false) over all messages sent.
+- **throughput timeline**: per time bin, data and control messages and bytes sent by all members.
+- packet counts per capture (frames, as tshark counts them) and undecodable packets per reason.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from gossipnode import wire
 
 from analysis.rundir import Member
 from analysis.schemas import MEMBERS
 
-GOSSIP_TYPES = ("GOSSIP", "SC_GOSSIP", "STABLE", "LIVE")
-DATA_TYPES = ("DATA", "REPAIR")
+LATENCY_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 
 
 def members_frame(spark: SparkSession, members: Sequence[Member]) -> DataFrame:
@@ -63,116 +60,138 @@ def lifetimes(events: DataFrame, members: DataFrame, crash: DataFrame, run_end: 
                     F.coalesce("crashed_ts", "stopped_ts", F.lit(run_end)).alias("end_ts")))
 
 
-def tpr(events: DataFrame, members: DataFrame) -> DataFrame:
-    """One row per (level, group, round) that started: TPR, steps and the members' own view of the round."""
-    rounds = (events.where(F.col("event").isin("round_started", "round_completed"))
-              .join(members.select(F.col("member").alias("node"), "local_group"), "node", "left")
-              .withColumn("group", F.when(F.col("level") == "local", F.col("local_group"))))
-    done = F.col("event") == "round_completed"
-    constructed = done & (F.col("via") == "constructed")
-    agg = (rounds.groupBy("level", "group", "round")
-           .agg(F.min(F.when(F.col("event") == "round_started", F.col("ts"))).alias("started_ts"),
-                F.min(F.when(constructed, F.struct("ts", "steps", "node"))).alias("first"),
-                F.count(F.when(done, 1)).alias("members_completed"),
-                F.avg(F.when(done, F.col("tpr_s"))).alias("member_tpr_mean_s"),
-                F.avg(F.when(done, F.col("steps"))).alias("steps_mean")))
-    return (agg.select("level", "group", "round", "started_ts",
-                       F.col("first.ts").alias("constructed_ts"), F.col("first.node").alias("constructed_by"),
-                       (F.col("first.ts") - F.col("started_ts")).alias("tpr_s"), F.col("first.steps").alias("steps"),
-                       "members_completed", "member_tpr_mean_s", "steps_mean")
-            .where(F.col("started_ts").isNotNull())
-            .orderBy("level", "group", "round"))
+def msg_bytes() -> F.Column:
+    """A decoded row's message size: the envelope plus the `length` bytes after it."""
+    return F.col("length") + F.lit(wire.ENVELOPE_SIZE)
 
 
-def tpr_summary(rounds: DataFrame) -> DataFrame:
-    """Per level: completed rounds, TPR mean and sample standard deviation, steps mean and standard deviation."""
-    return (rounds.groupBy("level")
-            .agg(F.count("tpr_s").alias("rounds"), F.count("*").alias("rounds_started"),
-                 F.avg("tpr_s").alias("tpr_mean_s"), F.stddev_samp("tpr_s").alias("tpr_std_s"),
-                 F.min("tpr_s").alias("tpr_min_s"), F.max("tpr_s").alias("tpr_max_s"),
-                 F.avg("steps").alias("steps_mean"), F.stddev_samp("steps").alias("steps_std"),
-                 F.avg("member_tpr_mean_s").alias("member_tpr_mean_s"))
-            .orderBy("level"))
+def is_data(data_types: dict[str, Iterable[str]] | None = None) -> F.Column:
+    """True for decoded rows whose (protocol, type) carries application data (wire `Layout.data`)."""
+    data_types = wire.data_types() if data_types is None else data_types
+    cond = F.lit(False)
+    for proto, names in sorted(data_types.items()):
+        if names:
+            cond = cond | ((F.col("protocol_name") == proto) & F.col("type_name").isin(*sorted(names)))
+    return cond
 
 
-def time_to_stable(events: DataFrame, members: DataFrame, life: DataFrame) -> DataFrame:
-    """One row per data message sent: (origin, origin_id, seq, sent_ts, members, members_reached, stable_ts,
-    time_to_stable_s); stable_ts and time_to_stable_s are null for a message that never became stable."""
-    senders = members.where(F.col("sender_index").isNotNull())
-    sent = (events.where(F.col("event") == "data_sent")
-            .join(senders.select(F.col("member").alias("node"), "member_id", "sender_index"), "node")
-            .select(F.col("node").alias("origin"), F.col("member_id").alias("origin_id"),
-                    F.col("sender_index").alias("pos"), "seq", F.col("ts").alias("sent_ts")))
-    # S entries above what was ever sent cannot name a message; capping them keeps the expansion below finite.
-    max_seq = sent.groupBy("pos").agg(F.max("seq").alias("max_seq"))
-    entries = (events.where((F.col("event") == "stable") & (F.col("level") == "global"))
-               .select(F.col("node").alias("member"), "ts", F.posexplode("s").alias("pos", "value"))
-               .join(max_seq, "pos")
-               .withColumn("value", F.least("value", "max_seq")))
-    before = Window.partitionBy("member", "pos").orderBy("ts").rowsBetween(Window.unboundedPreceding, -1)
-    rises = (entries.withColumn("prev", F.coalesce(F.max("value").over(before), F.lit(0)))
-             .where(F.col("value") > F.col("prev")))
-    reached = (rises.select("member", "pos", F.explode(F.sequence(F.col("prev") + 1, F.col("value"))).alias("seq"),
-                            "ts")
-               .groupBy("member", "pos", "seq").agg(F.min("ts").alias("reached_ts")))
-    counted = (sent.crossJoin(life.select("member", "started_ts", "crashed_ts"))
-               .where((F.col("started_ts") <= F.col("sent_ts"))
+# --- delivery -------------------------------------------------------------------------------------------------
+
+def receipts(events: DataFrame, members: DataFrame, life: DataFrame) -> DataFrame:
+    """One row per (data message, counted receiver): (origin, origin_id, seq, sent_ts, receiver, received_ts,
+    latency_s); received_ts and latency_s are null when the receiver never logged the message."""
+    ids = members.select(F.col("member").alias("node"), F.col("member_id"))
+    sent = (events.where(F.col("event") == "data_sent").join(ids, "node")
+            .groupBy(F.col("node").alias("origin"), F.col("member_id").alias("origin_id"), "seq")
+            .agg(F.min("ts").alias("sent_ts")))
+    got = (events.where(F.col("event") == "data_received")
+           .groupBy(F.col("node").alias("receiver"), F.col("origin").alias("origin_id"), "seq")
+           .agg(F.min("ts").alias("received_ts")))
+    counted = (sent.crossJoin(life.select(F.col("member").alias("receiver"), "started_ts", "crashed_ts"))
+               .where((F.col("receiver") != F.col("origin")) & (F.col("started_ts") <= F.col("sent_ts"))
                       & (F.col("crashed_ts").isNull() | (F.col("crashed_ts") > F.col("sent_ts")))))
-    per_member = (counted.join(reached, ["member", "pos", "seq"], "left")
-                  .withColumn("done_ts", F.least("reached_ts", "crashed_ts")))  # least() skips nulls
-    return (per_member.groupBy("origin", "origin_id", "seq", "sent_ts")
-            .agg(F.count("*").alias("members"), F.count("done_ts").alias("members_reached"),
-                 F.max("done_ts").alias("last_ts"))
-            .select("origin", "origin_id", "seq", "sent_ts", "members", "members_reached",
-                    F.when(F.col("members") == F.col("members_reached"), F.col("last_ts")).alias("stable_ts"))
-            .withColumn("time_to_stable_s", F.col("stable_ts") - F.col("sent_ts"))
+    return (counted.join(got, ["receiver", "origin_id", "seq"], "left")
+            .select("origin", "origin_id", "seq", "sent_ts", "receiver", "received_ts",
+                    (F.col("received_ts") - F.col("sent_ts")).alias("latency_s")))
+
+
+def delivery(rec: DataFrame) -> DataFrame:
+    """One row per data message: (origin, origin_id, seq, sent_ts, members, received, delivery_ratio,
+    latency_mean_s, latency_max_s, complete_ts); complete_ts: the last receipt, when every counted member
+    received it."""
+    return (rec.groupBy("origin", "origin_id", "seq", "sent_ts")
+            .agg(F.count("*").alias("members"), F.count("received_ts").alias("received"),
+                 F.avg("latency_s").alias("latency_mean_s"), F.max("latency_s").alias("latency_max_s"),
+                 F.max("received_ts").alias("last_ts"))
+            .select("origin", "origin_id", "seq", "sent_ts", "members", "received",
+                    (F.col("received") / F.col("members")).alias("delivery_ratio"),
+                    "latency_mean_s", "latency_max_s",
+                    F.when(F.col("received") == F.col("members"), F.col("last_ts")).alias("complete_ts"))
             .orderBy("origin_id", "seq"))
 
 
-def time_to_stable_summary(tts: DataFrame) -> DataFrame:
-    """One row: messages sent, how many became stable, and the time to stable's mean, median, p90 and max."""
-    x = F.col("time_to_stable_s")
-    return tts.agg(F.count("*").alias("messages"), F.count(x).alias("stable"), F.avg(x).alias("mean_s"),
-                   F.median(x).alias("median_s"), F.percentile(x, 0.9).alias("p90_s"), F.max(x).alias("max_s"))
+def delivery_summary(per_message: DataFrame, rec: DataFrame) -> DataFrame:
+    """One row: messages, messages every counted member received, the delivery ratio's mean and min, receipts
+    expected and logged, and the latency's mean, median, p90, p99 and max over all receipts."""
+    x = F.col("latency_s")
+    msgs = per_message.agg(F.count("*").alias("messages"),
+                           F.count(F.when(F.col("received") == F.col("members"), 1)).alias("complete"),
+                           F.avg("delivery_ratio").alias("delivery_ratio_mean"),
+                           F.min("delivery_ratio").alias("delivery_ratio_min"))
+    lat = rec.agg(F.count("*").alias("receipts_expected"), F.count(x).alias("receipts"),
+                  F.avg(x).alias("latency_mean_s"), F.median(x).alias("latency_median_s"),
+                  F.percentile(x, 0.9).alias("latency_p90_s"), F.percentile(x, 0.99).alias("latency_p99_s"),
+                  F.max(x).alias("latency_max_s"))
+    return msgs.crossJoin(lat)
 
+
+def latency_quantiles(rec: DataFrame, qs: Sequence[float] = LATENCY_QUANTILES) -> DataFrame:
+    """The latency distribution over all receipts: (quantile, latency_s), exact (linear interpolation)."""
+    row = rec.agg(F.percentile("latency_s", list(qs)).alias("v"))
+    return row.select(F.posexplode("v").alias("i", "latency_s")).select(
+        F.element_at(F.array(*[F.lit(float(q)) for q in qs]), F.col("i") + 1).alias("quantile"), "latency_s")
+
+
+# --- traffic --------------------------------------------------------------------------------------------------
 
 def traffic_by_type(packets: DataFrame) -> DataFrame:
-    """(node, direction, type_name, msgs, bytes, ip_bytes) over decoded packets; bytes are UDP payload bytes."""
+    """(node, direction, type_name, msgs, bytes, ip_bytes) over decoded messages; bytes are message bytes;
+    ip_bytes counts each frame's IP length once (at its first message)."""
     return (packets.where(F.col("decoded"))
             .groupBy("node", "direction", "type_name")
-            .agg(F.count("*").alias("msgs"), F.sum("payload_len").alias("bytes"), F.sum("ip_len").alias("ip_bytes"))
+            .agg(F.count("*").alias("msgs"), F.sum(msg_bytes()).alias("bytes"),
+                 F.sum(F.when(F.col("msg_index") == 0, F.col("ip_len"))).alias("ip_bytes"))
             .orderBy("node", "direction", "type_name"))
 
 
-def traffic_per_member(packets: DataFrame, life: DataFrame) -> DataFrame:
-    """Per capturing node: lifetime, gossip and data messages/bytes it sent, per second of its lifetime, and
-    what it received."""
-    out = (F.col("direction") == "out") & F.col("decoded")
-    gossip = out & F.col("type_name").isin(*GOSSIP_TYPES)
-    data = out & F.col("type_name").isin(*DATA_TYPES)
-    inbound = (F.col("direction") == "in") & F.col("decoded")
-    per_node = (packets.groupBy("node")
-                .agg(F.count(F.when(gossip, 1)).alias("gossip_msgs"),
-                     F.coalesce(F.sum(F.when(gossip, F.col("payload_len"))), F.lit(0)).alias("gossip_bytes"),
-                     F.count(F.when(data, 1)).alias("data_msgs"),
-                     F.coalesce(F.sum(F.when(data, F.col("payload_len"))), F.lit(0)).alias("data_bytes"),
-                     F.count(F.when(out, 1)).alias("sent_msgs"),
-                     F.count(F.when(inbound, 1)).alias("received_msgs"),
-                     F.count(F.when(~F.col("decoded"), 1)).alias("undecodable")))
-    lifetime = F.col("end_ts") - F.col("started_ts")
-    return (per_node.join(life.select(F.col("member").alias("node"), lifetime.alias("lifetime_s")), "node", "left")
-            .select("node", "lifetime_s", "gossip_msgs", "gossip_bytes",
-                    (F.col("gossip_msgs") / F.col("lifetime_s")).alias("gossip_msgs_per_s"),
-                    (F.col("gossip_bytes") / F.col("lifetime_s")).alias("gossip_bytes_per_s"),
-                    "data_msgs", "data_bytes", "sent_msgs", "received_msgs", "undecodable")
-            .orderBy("node"))
+def member_seconds(packets: DataFrame, life: DataFrame) -> DataFrame:
+    """One row: Σ lifetime (s) of the members that have a capture."""
+    captured = packets.select(F.col("node").alias("member")).distinct()
+    return (life.join(captured, "member")
+            .agg(F.sum(F.col("end_ts") - F.col("started_ts")).alias("member_s")))
+
+
+def traffic_by_message_type(packets: DataFrame, life: DataFrame,
+                            data_types: dict[str, Iterable[str]] | None = None) -> DataFrame:
+    """(protocol_name, type_name, data, messages, bytes, msgs_per_member_s, bytes_per_member_s): decoded
+    messages the members sent (direction out), per member-second of the captured members' lifetimes."""
+    sent = (packets.where((F.col("direction") == "out") & F.col("decoded"))
+            .groupBy("protocol_name", "type_name")
+            .agg(F.first(is_data(data_types)).alias("data"), F.count("*").alias("messages"),
+                 F.sum(msg_bytes()).alias("bytes")))
+    return (sent.crossJoin(member_seconds(packets, life))
+            .select("protocol_name", "type_name", "data", "messages", "bytes",
+                    (F.col("messages") / F.col("member_s")).alias("msgs_per_member_s"),
+                    (F.col("bytes") / F.col("member_s")).alias("bytes_per_member_s"))
+            .orderBy("protocol_name", "type_name"))
+
+
+def control_overhead(by_type: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """From traffic_by_message_type's rows: messages and bytes sent, the control (non-data) share of each."""
+    msgs = sum(r["messages"] for r in by_type)
+    size = sum(r["bytes"] or 0 for r in by_type)
+    cmsgs = sum(r["messages"] for r in by_type if not r["data"])
+    cbytes = sum(r["bytes"] or 0 for r in by_type if not r["data"])
+    return {"messages": msgs, "bytes": size, "control_messages": cmsgs, "control_bytes": cbytes,
+            "control_msgs_fraction": cmsgs / msgs if msgs else None,
+            "control_bytes_fraction": cbytes / size if size else None}
+
+
+def throughput_timeseries(packets: DataFrame, bin_s: float,
+                          data_types: dict[str, Iterable[str]] | None = None) -> DataFrame:
+    """(t_bin_s, data, msgs, bytes): decoded messages all members sent per time bin, data and control apart."""
+    t_bin = (F.floor(F.col("t_s") / bin_s) * bin_s).alias("t_bin_s")
+    return (packets.where((F.col("direction") == "out") & F.col("decoded"))
+            .groupBy(t_bin, is_data(data_types).alias("data"))
+            .agg(F.count("*").alias("msgs"), F.sum(msg_bytes()).alias("bytes"))
+            .orderBy("t_bin_s", "data"))
 
 
 def traffic_timeseries(packets: DataFrame, bin_s: float) -> DataFrame:
     """(node, t_bin_s, msgs, bytes): decoded messages each node sent per time bin (t_bin_s = bin start)."""
     t_bin = (F.floor(F.col("t_s") / bin_s) * bin_s).alias("t_bin_s")
     return (packets.where((F.col("direction") == "out") & F.col("decoded"))
-            .groupBy("node", t_bin).agg(F.count("*").alias("msgs"), F.sum("payload_len").alias("bytes"))
+            .groupBy("node", t_bin).agg(F.count("*").alias("msgs"), F.sum(msg_bytes()).alias("bytes"))
             .orderBy("node", "t_bin_s"))
 
 
@@ -184,57 +203,28 @@ def event_timeseries(events: DataFrame, names: Sequence[str], bin_s: float) -> D
             .orderBy("event", "t_bin_s"))
 
 
-def failure_detection(events: DataFrame, members: DataFrame, crash: DataFrame, life: DataFrame) -> DataFrame:
-    """One row per (crash, observer): (member, member_id, crash_ts, observer, declared_ts, latency_s)."""
-    crashed = crash.join(members.select("member", "member_id"), "member")
-    observers = life.select(F.col("member").alias("observer"), F.col("started_ts").alias("obs_started"),
-                            F.col("crashed_ts").alias("obs_crashed"))
-    pairs = (crashed.crossJoin(observers)
-             .where((F.col("observer") != F.col("member")) & (F.col("obs_started") <= F.col("crash_ts"))
-                    & (F.col("obs_crashed").isNull() | (F.col("obs_crashed") > F.col("crash_ts")))))
-    decl = (events.where(F.col("event") == "declared_failed")
-            .select(F.col("node").alias("d_node"), F.col("member").alias("d_member"), F.col("ts").alias("d_ts")))
-    cond = ((F.col("d_node") == F.col("observer")) & (F.col("d_member") == F.col("member_id"))
-            & (F.col("d_ts") >= F.col("crash_ts"))
-            & (F.col("obs_crashed").isNull() | (F.col("d_ts") < F.col("obs_crashed"))))
-    return (pairs.join(decl, cond, "left")
-            .groupBy("member", "member_id", "crash_ts", "observer")
-            .agg(F.min("d_ts").alias("declared_ts"))
-            .withColumn("latency_s", F.col("declared_ts") - F.col("crash_ts"))
-            .orderBy("crash_ts", "member", "observer"))
-
-
-def failure_detection_summary(fd: DataFrame) -> DataFrame:
-    """Per crash: observers, how many declared the member failed, and the latency's min, median, mean, max."""
-    x = F.col("latency_s")
-    return (fd.groupBy("member", "member_id", "crash_ts")
-            .agg(F.count("*").alias("observers"), F.count(x).alias("detected"), F.min(x).alias("min_s"),
-                 F.median(x).alias("median_s"), F.avg(x).alias("mean_s"), F.max(x).alias("max_s"))
-            .orderBy("crash_ts", "member"))
-
-
-def false_declarations(events: DataFrame, members: DataFrame, crash: DataFrame) -> DataFrame:
-    """(member, declarations, observers): declared_failed of a member that had not crashed at that time."""
-    decl = (events.where(F.col("event") == "declared_failed")
-            .join(members.select(F.col("member_id").alias("member"), F.col("member").alias("name")), "member")
-            .select("name", F.col("node").alias("observer"), "ts"))
-    before = crash.select(F.col("member").alias("c_member"), "crash_ts")
-    return (decl.join(before, (F.col("c_member") == F.col("name")) & (F.col("crash_ts") <= F.col("ts")), "left_anti")
-            .groupBy(F.col("name").alias("member"))
-            .agg(F.count("*").alias("declarations"), F.countDistinct("observer").alias("observers"))
-            .orderBy("member"))
-
+# --- captures -------------------------------------------------------------------------------------------------
 
 def packet_counts(packets: DataFrame) -> DataFrame:
-    """Per pcap: (node, interface, file, packets, bytes, decoded, undecodable); bytes as tshark's frame.len."""
+    """Per pcap: (node, interface, file, packets, bytes, decoded, undecodable); packets and bytes count frames
+    (tshark's frame count and frame.len), decoded counts messages, undecodable the rows that are not."""
+    frame = F.col("msg_index") == 0
     return (packets.groupBy("node", "interface", "file")
-            .agg(F.count("*").alias("packets"), F.sum("frame_len").alias("bytes"),
+            .agg(F.count(F.when(frame, 1)).alias("packets"), F.sum(F.when(frame, F.col("frame_len"))).alias("bytes"),
                  F.count(F.when(F.col("decoded"), 1)).alias("decoded"),
                  F.count(F.when(~F.col("decoded"), 1)).alias("undecodable"))
             .orderBy("node", "interface"))
 
 
 def undecodable(packets: DataFrame) -> DataFrame:
-    """(node, error, packets) for every packet that was not decoded."""
+    """(node, error, packets) for every row that is not a decoded message."""
     return (packets.where(~F.col("decoded")).groupBy("node", "error").agg(F.count("*").alias("packets"))
             .orderBy("node", F.desc("packets")))
+
+
+def messages_by_type(packets: DataFrame) -> DataFrame:
+    """(node, transport, protocol_name, type_name, messages): every decoded message in each capture (what tshark
+    with the generated dissector counts per type)."""
+    return (packets.where(F.col("decoded"))
+            .groupBy("node", "transport", "protocol_name", "type_name").agg(F.count("*").alias("messages"))
+            .orderBy("node", "transport", "protocol_name", "type_name"))

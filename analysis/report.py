@@ -7,24 +7,19 @@ from typing import Any
 
 from analysis import figures
 from analysis.doc import Bullets, Doc, Figure, Heading, Para, Table, fmt, write
+from analysis import protocols
+from analysis.protocols import ReportContext
 from analysis.run import BIN_S, RunResult, write_csv
 
 MAX_ROWS = 40
 
-TPR_DEF = ("TPR of round r: the first `round_completed` with via = constructed minus the first `round_started` of "
-           "r, over all members (the paper's start of the round until the first member constructs S). Steps: the "
-           "constructing member's steps in the round. The members' own mean `tpr_s` and steps are shown beside.")
-TTS_DEF = ("Time to stable of data message (origin, seq): from its `data_sent` to the first time at which every "
-           "live member's global S[origin] ≥ seq (from the members' `stable` events). Members started after the "
-           "send or crashed before it do not count; a member that crashes later counts until its crash.")
-TRAFFIC_DEF = ("Gossip = GOSSIP, SC_GOSSIP, STABLE and LIVE messages a member sent (its own capture, decoded), bytes "
-               "= UDP payload (the wire message). Rates are per second of the member's lifetime: its first "
-               "`node_started` to its crash, else its `node_stopped`, else the end of the run.")
-FD_DEF = ("Failure-detection latency: from the orchestrator's crash (t0 + `actual_s`) to each observer's first "
-          "`declared_failed` of the crashed member. Observers: members started before the crash and not crashed "
-          "at or before it; a declaration must come before the observer's own crash.")
-
-
+DELIVERY_DEF = ("Delivery of data message (origin, seq), from every protocol's `data_sent` (at the origin) and "
+                "`data_received` (first arrival at each receiver): the members counted are those other than the "
+                "origin that had started by the send and had not crashed at or before it; the delivery ratio is the "
+                "fraction of them that logged the message, latency = receipt − send.")
+TRAFFIC_TYPES_DEF = ("Messages the members sent (their own captures, decoded, direction out), per protocol and "
+                     "type; bytes = the message (envelope + the rest). Rates are per member-second of the captured "
+                     "members' lifetimes. Control = the types that carry no application data.")
 def _limit(rows: list[list[Any]], what: str, csv_name: str) -> tuple[list[list[Any]], str | None]:
     if len(rows) <= MAX_ROWS:
         return rows, None
@@ -36,7 +31,7 @@ def _utc(ts: float | None) -> str | None:
 
 
 def run_report(res: RunResult) -> tuple[Path, Path]:
-    run, s, m = res.run, res.summary, res.run.manifest
+    run, s, m, plugin = res.run, res.summary, res.run.manifest, res.plugin
     spec = m.get("spec") or {}
     figdir = run.out / "figures"
     doc = Doc(f"Run {run.run_id}")
@@ -48,7 +43,7 @@ def run_report(res: RunResult) -> tuple[Path, Path]:
         ["status", m.get("status")],
         ["seed", m.get("seed")],
         ["members (senders)", f"{s['members']} ({s['senders']})"],
-        ["protocol", f"GSGC: sub-group b = {s['subgroup']}, step = {fmt(s['step_s'])} s, K = {s['fail_k']}"],
+        ["protocol", plugin.describe(run)],
         ["workload", ", ".join(f"{k} {v}" for k, v in (spec.get("workload") or {}).items())],
         ["started / duration", f"{_utc(run.t0)} / {fmt(s['duration_s'])} s"],
         ["schedule lag (median / max)", f"{fmt(sched.get('lag_ms_median'))} / {fmt(sched.get('lag_ms_max'))} ms"],
@@ -64,20 +59,16 @@ def run_report(res: RunResult) -> tuple[Path, Path]:
         doc.add(Para("None."))
 
     doc.add(Heading(1, "Key metrics"))
-    g = next((r for r in res.tpr_summary if r["level"] == "global"), None)
     doc.add(Table(["metric", "value"], [
-        ["TPR, mean ± std (global rounds)",
-         f"{fmt(s['tpr_mean_s'])} ± {fmt(s['tpr_std_s'])} s over {s['tpr_rounds']} rounds" if g else None],
-        ["steps per round, mean ± std", f"{fmt(s['steps_mean'])} ± {fmt(s['steps_std'])}" if g else None],
-        ["time to stable, median / p90 / max",
-         f"{fmt(s['tts_median_s'])} / {fmt(s['tts_p90_s'])} / {fmt(s['tts_max_s'])} s "
-         f"({s['tts_stable']} of {s['tts_messages']} messages stable)"],
-        ["gossip messages per member per second (mean)", s["gossip_msgs_per_member_s"]],
-        ["gossip bytes per member per second (mean)", s["gossip_bytes_per_member_s"]],
-        ["failure-detection latency, median / max",
-         f"{fmt(s['fd_latency_median_s'])} / {fmt(s['fd_latency_max_s'])} s "
-         f"({s['fd_detected']} of {s['fd_observers']} observations, {s['crashes']} crashes)"],
-        ["declarations of members that had not crashed", s["false_declarations"]],
+        ["data messages delivered to every member alive at the send",
+         f"{s['delivered_complete']} of {s['data_messages']}"],
+        ["delivery ratio, mean / min", f"{fmt(s['delivery_ratio_mean'])} / {fmt(s['delivery_ratio_min'])}"],
+        ["delivery latency, median / p90 / max",
+         f"{fmt(s['latency_median_s'])} / {fmt(s['latency_p90_s'])} / {fmt(s['latency_max_s'])} s"],
+        ["control overhead, messages / bytes",
+         f"{fmt(s['control_msgs_fraction'])} / {fmt(s['control_bytes_fraction'])}"],
+        ["messages sent per member per second", s["msgs_per_member_s"]],
+        *plugin.key_metrics(s),
         ["queue drops (all link directions)", s["queue_drops"]],
         ["packets captured (undecodable)", f"{s['packets']} ({s['undecodable']})"],
     ]))
@@ -91,61 +82,56 @@ def run_report(res: RunResult) -> tuple[Path, Path]:
     else:
         doc.add(Para("No schedule operations were applied."))
 
-    doc.add(Heading(1, "Time per round (TPR)"), Para(TPR_DEF))
-    if res.tpr_summary:
-        doc.add(Table(["level", "rounds (started)", "TPR mean (s)", "std", "min", "max", "steps mean", "steps std",
-                       "members' own TPR mean (s)"],
-                      [[r["level"], f"{r['rounds']} ({r['rounds_started']})", r["tpr_mean_s"], r["tpr_std_s"],
-                        r["tpr_min_s"], r["tpr_max_s"], r["steps_mean"], r["steps_std"], r["member_tpr_mean_s"]]
-                       for r in res.tpr_summary]))
-        rows = [[r["level"] if r["group"] is None else f"{r['level']} {r['group']}", r["round"],
-                 r["started_ts"] - run.t0, r["constructed_by"], r["tpr_s"], r["steps"], r["members_completed"],
-                 r["member_tpr_mean_s"], r["steps_mean"]] for r in res.tpr]
-        rows, note = _limit(rows, "rounds", "tpr.csv")
-        doc.add(Table(["level", "round", "started (s)", "constructed by", "TPR (s)", "steps", "members completed",
-                       "members' TPR mean (s)", "members' steps mean"], rows, note))
-        doc.add(Figure(figures.tpr_per_round(res.tpr, figdir / "tpr.png"), "Steps and TPR per global round"))
-    else:
-        doc.add(Para("No rounds in the event logs."))
-
-    doc.add(Heading(1, "Time to stable"), Para(TTS_DEF))
-    if res.tts:
-        t = res.tts_summary
-        doc.add(Table(["messages", "stable", "mean (s)", "median (s)", "p90 (s)", "max (s)"],
-                      [[t["messages"], t["stable"], t["mean_s"], t["median_s"], t["p90_s"], t["max_s"]]]))
-        doc.add(Figure(figures.time_to_stable(res.tts, run.t0, figdir / "time_to_stable.png"),
-                       "Time to stable of each data message"))
-    else:
-        doc.add(Para("No data messages were sent (or the senders are unknown)."))
-
     members = [mm.name for mm in run.members]
-    doc.add(Heading(1, "Traffic"), Para(TRAFFIC_DEF))
-    rows = [[r["node"], r["lifetime_s"], r["gossip_msgs"], r["gossip_msgs_per_s"], r["gossip_bytes_per_s"],
-             r["data_msgs"], r["sent_msgs"], r["received_msgs"], r["undecodable"]]
-            for r in sorted(res.traffic, key=lambda r: figures.natural(r["node"]))]
-    rows, note = _limit(rows, "members", "traffic.csv")
-    doc.add(Table(["member", "lifetime (s)", "gossip msgs", "gossip msgs/s", "gossip bytes/s", "data msgs sent",
-                   "msgs sent", "msgs received", "undecodable"], rows, note))
+    doc.add(Heading(1, "Delivery"), Para(DELIVERY_DEF))
+    d = res.delivery_summary
+    if d.get("messages"):
+        doc.add(Table(["data messages", "delivered to all", "ratio mean", "ratio min", "receipts (expected)",
+                       "latency mean (s)", "median", "p90", "p99", "max"],
+                      [[d["messages"], d["complete"], d["delivery_ratio_mean"], d["delivery_ratio_min"],
+                        f"{d['receipts']} ({d['receipts_expected']})", d["latency_mean_s"], d["latency_median_s"],
+                        d["latency_p90_s"], d["latency_p99_s"], d["latency_max_s"]]]))
+        doc.add(Para("Latency distribution over all receipts (quantiles, exact):"),
+                Table([f"p{round(100 * q['quantile'])}" for q in res.latency_quantiles],
+                      [[q["latency_s"] for q in res.latency_quantiles]]))
+        worst = sorted((r for r in res.delivery if r["received"] < r["members"]),
+                       key=lambda r: (r["delivery_ratio"], r["sent_ts"]))
+        if worst:
+            rows, note = _limit([[r["origin"], r["seq"], r["sent_ts"] - run.t0, r["members"], r["received"],
+                                  r["delivery_ratio"]] for r in worst], "incompletely delivered messages",
+                                "delivery.csv")
+            doc.add(Para("Messages some counted member never logged (lowest ratio first):"),
+                    Table(["origin", "seq", "sent (s)", "members", "received", "ratio"], rows, note))
+    else:
+        doc.add(Para("No `data_sent` events (no data workload, or the senders' logs are missing)."))
+
+    doc.add(Heading(1, "Traffic by message type"), Para(TRAFFIC_TYPES_DEF))
+    if res.traffic_types:
+        o = res.overhead
+        doc.add(Table(["protocol", "type", "data", "messages", "bytes", "msgs / member / s", "bytes / member / s"],
+                      [[r["protocol_name"], r["type_name"], r["data"], r["messages"], r["bytes"],
+                        r["msgs_per_member_s"], r["bytes_per_member_s"]] for r in res.traffic_types]))
+        doc.add(Para(f"Control overhead: {o['control_messages']} of {o['messages']} messages "
+                     f"({fmt(o['control_msgs_fraction'])}), {o['control_bytes']} of {o['bytes']} bytes "
+                     f"({fmt(o['control_bytes_fraction'])})."))
+    else:
+        doc.add(Para("No decoded message was sent in the captures."))
+    if res.by_transport:
+        per: dict[tuple, int] = {}
+        for r in res.by_transport:
+            key = (r["transport"], r["protocol_name"], r["type_name"])
+            per[key] = per.get(key, 0) + r["messages"]
+        doc.add(Para("Messages in all captures (sent and received) per transport:"),
+                Table(["transport", "protocol", "type", "messages"], [[*k, v] for k, v in sorted(per.items())]))
     if res.traffic_series:
         doc.add(Figure(figures.messages_over_time(res.traffic_series, res.actions, members, BIN_S,
                                                   figdir / "messages.png"),
                        "Protocol messages sent per member per second (dashed: schedule operations)"))
+    doc.add(Figure(figures.timeline(res.actions, res.event_series, plugin.timeline_marks(res.data), members, BIN_S,
+                                    figdir / "timeline.png", throughput=res.throughput),
+                   "Schedule operations against throughput, delivery and the protocol's events"))
 
-    doc.add(Heading(1, "Failure detection"), Para(FD_DEF))
-    if res.fd_summary:
-        doc.add(Table(["crashed", "id", "crash (s)", "observers", "detected", "min (s)", "median (s)", "mean (s)",
-                       "max (s)"],
-                      [[r["member"], r["member_id"], r["crash_ts"] - run.t0, r["observers"], r["detected"],
-                        r["min_s"], r["median_s"], r["mean_s"], r["max_s"]] for r in res.fd_summary]))
-    else:
-        doc.add(Para("No member was crashed."))
-    if res.false_declarations:
-        doc.add(Para("Declared failed while it had not crashed (paused or slow members, or K too small):"),
-                Table(["member", "declarations", "observers"],
-                      [[r["member"], r["declarations"], r["observers"]] for r in res.false_declarations]))
-    doc.add(Figure(figures.timeline(res.actions, res.event_series, res.declarations, members, BIN_S,
-                                    figdir / "timeline.png"),
-                   "Schedule operations against delivery, stability and failure detection"))
+    plugin.report(doc, ReportContext(run, s, res.data, res.actions, figdir, BIN_S))
 
     doc.add(Heading(1, "Queue drops per link"))
     dropped = [q for q in res.queues if (q["drops"] or 0) + (q["shaper_overflowed"] or 0) > 0]
@@ -203,61 +189,40 @@ def run_report(res: RunResult) -> tuple[Path, Path]:
     return write(doc, run.path)
 
 
-COMPARE_COLUMNS = ("run_id", "members", "subgroup", "step_s", "fail_k", "shaper", "tpr_rounds", "tpr_mean_s",
-                   "tpr_std_s", "steps_mean", "tts_median_s", "gossip_msgs_per_member_s",
-                   "gossip_bytes_per_member_s", "fd_latency_median_s", "false_declarations", "queue_drops")
-
-
-def pooled(summaries: list[dict]) -> list[dict]:
-    """Per (members, sub-group size, step interval): TPR and steps pooled over the rounds of all its runs."""
-    groups: dict[tuple, list[dict]] = {}
-    for s in summaries:
-        groups.setdefault((s["members"], s["subgroup"], s["step_s"]), []).append(s)
-    out = []
-    for (n, b, step), runs in sorted(groups.items(), key=lambda kv: tuple((x is None, x) for x in kv[0])):
-        tprs = [v for r in runs for v in r["tpr_values_s"]]
-        steps = [v for r in runs for v in r["steps_values"]]
-        out.append({"members": n, "subgroup": b, "step_s": step, "runs": len(runs), "rounds": len(tprs),
-                    "tpr_mean_s": _mean(tprs), "tpr_std_s": _std(tprs),
-                    "steps_mean": _mean(steps), "steps_std": _std(steps)})
-    return out
-
-
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-def _std(xs: list[float]) -> float | None:
-    if len(xs) < 2:
-        return None
-    m = sum(xs) / len(xs)
-    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+COMPARE_COLUMNS = ("run_id", "protocol", "members", "shaper", "data_messages", "delivery_ratio_mean",
+                   "latency_median_s", "latency_p90_s", "msgs_per_member_s", "control_bytes_fraction", "queue_drops")
 
 
 def comparison_report(summaries: list[dict], failed: dict[str, str], out: Path) -> tuple[Path, Path]:
-    """One table of every run's key numbers, TPR/steps against the step interval per sub-group size."""
+    """One table of every run's key numbers (the generic ones, then each protocol's), and each protocol's own
+    comparison sections over its runs (GSGC: TPR/steps against the step interval per sub-group size)."""
     out.mkdir(parents=True, exist_ok=True)
-    points = pooled(summaries)
-    write_csv(out / "comparison.csv", summaries, COMPARE_COLUMNS)
-    write_csv(out / "tpr_vs_step.csv", points)
+    by_proto: dict[str, list[dict]] = {}
+    for s in summaries:
+        by_proto.setdefault(protocols.summary_protocol(s), []).append(s)
+    columns = list(COMPARE_COLUMNS)
+    for name in sorted(by_proto):
+        columns += [c for c in protocols.get(name).compare_columns if c not in columns]
+    rows = [{**s, "protocol": protocols.summary_protocol(s)} for s in summaries]
+    write_csv(out / "comparison.csv", rows, columns)
     doc = Doc(f"Comparison of {len(summaries)} runs")
     problems = [f"{run}: {why}" for run, why in failed.items()]
-    problems += [f"{s['run_id']}: {len(s['warnings'])} warning(s), see its report" for s in summaries if s["warnings"]]
-    shapers = sorted({str(s["shaper"]) for s in summaries})
+    problems += [f"{s['run_id']}: {len(s['warnings'])} warning(s), see its report" for s in summaries
+                 if s.get("warnings")]
+    shapers = sorted({str(s.get("shaper")) for s in summaries})
     if len(shapers) > 1:
         problems.append(f"the runs used different shapers ({', '.join(shapers)}): their numbers are not comparable")
+    if len(by_proto) > 1:
+        problems.append(f"the runs used different protocols ({', '.join(sorted(by_proto))}): each protocol's "
+                        f"sections compare its own runs")
     if problems:
         doc.add(Heading(1, "Warnings"), Bullets(problems, warn=True))
-    doc.add(Heading(1, "Runs"), Table(list(COMPARE_COLUMNS), [[s[c] for c in COMPARE_COLUMNS] for s in summaries]))
-    doc.add(Heading(1, "TPR against the step interval"),
-            Para("Global rounds of all runs with the same group size, sub-group size b and step interval, pooled "
-                 "(mean ± sample standard deviation): the shape of the GSGC paper's Figure 6."),
-            Table(["members", "b", "step (s)", "runs", "rounds", "TPR mean (s)", "TPR std", "steps mean",
-                   "steps std"],
-                  [[p["members"], p["subgroup"], p["step_s"], p["runs"], p["rounds"], p["tpr_mean_s"],
-                    p["tpr_std_s"], p["steps_mean"], p["steps_std"]] for p in points]))
-    drawable = [p for p in points if p["tpr_mean_s"] is not None and p["step_s"] is not None]
-    if drawable:
-        doc.add(Figure(figures.tpr_vs_step(drawable, out / "figures" / "tpr_vs_step.png"),
-                       "Steps per round and TPR against the step interval, one line per sub-group size"))
+    doc.add(Heading(1, "Runs"), Table(list(COMPARE_COLUMNS), [[r.get(c) for c in COMPARE_COLUMNS] for r in rows]))
+    for name, runs in sorted(by_proto.items()):
+        plugin = protocols.get(name)
+        own = [c for c in plugin.compare_columns]
+        if own:
+            doc.add(Heading(1, f"Runs of {plugin.title or name}"),
+                    Table(["run_id", *own], [[r.get("run_id"), *[r.get(c) for c in own]] for r in runs]))
+        plugin.compare(runs, doc, out)
     return write(doc, out)

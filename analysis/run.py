@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,39 +17,47 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from analysis import ingest, metrics, queues
+from analysis import ingest, metrics, protocols, queues
+from analysis.protocols import ProtocolAnalysis
 from analysis.rundir import RunDir
 from analysis.schemas import CAPTURES, EVENTS, PACKETS
 
 BIN_S = 1.0
 CAPTURE_EXTRA = ("tcpdump_captured", "dropped_by_kernel", "decoded", "undecodable")
-TIMELINE_EVENTS = ("data_received", "stable", "round_completed", "suspected", "declared_failed")
 
 
 @dataclass
 class RunResult:
     run: RunDir
+    plugin: ProtocolAnalysis = field(default_factory=lambda: protocols.GENERIC)
     captures: list[dict] = field(default_factory=list)
     undecodable: list[dict] = field(default_factory=list)
-    tpr: list[dict] = field(default_factory=list)
-    tpr_summary: list[dict] = field(default_factory=list)
-    tts: list[dict] = field(default_factory=list)
-    tts_summary: dict = field(default_factory=dict)
-    traffic: list[dict] = field(default_factory=list)
+    by_transport: list[dict] = field(default_factory=list)      # messages per (node, transport, protocol, type)
+    delivery: list[dict] = field(default_factory=list)          # per data message
+    delivery_summary: dict = field(default_factory=dict)
+    latency_quantiles: list[dict] = field(default_factory=list)
+    traffic_types: list[dict] = field(default_factory=list)     # per (protocol, type) sent
+    overhead: dict = field(default_factory=dict)
+    member_s: float | None = None                               # Σ lifetimes of the members with a capture
+    throughput: list[dict] = field(default_factory=list)        # per (t_bin_s, data)
     traffic_by_type: list[dict] = field(default_factory=list)
     traffic_series: list[dict] = field(default_factory=list)
     event_series: list[dict] = field(default_factory=list)
-    fd: list[dict] = field(default_factory=list)
-    fd_summary: list[dict] = field(default_factory=list)
-    false_declarations: list[dict] = field(default_factory=list)
-    declarations: list[dict] = field(default_factory=list)
     queues: list[dict] = field(default_factory=list)
     actions: list[dict] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)          # the plug-in's own (ProtocolAnalysis.metrics)
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
         return self.run.warnings
+
+    def __getattr__(self, name: str) -> Any:
+        """The plug-in's collected tables as attributes (res.tpr, res.fd, ... for GSGC)."""
+        data = self.__dict__.get("data") or {}
+        if name in data:
+            return data[name]
+        raise AttributeError(name)
 
 
 def _rows(df: DataFrame) -> list[dict]:
@@ -91,19 +98,23 @@ def _capture_warnings(run: RunDir, scanned: list[dict], counted: dict[str, dict]
 
 
 def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
-    """Ingest and compute every metric of a loaded run directory (`analysis.rundir.load`)."""
-    res = RunResult(run)
+    """Ingest and compute every metric of a loaded run directory (`analysis.rundir.load`): the generic metrics,
+    then the protocol plug-in's (analysis.protocols)."""
+    plugin = protocols.get(run.protocol)
+    res = RunResult(run, plugin)
     out = run.out
     out.mkdir(parents=True, exist_ok=True)
     status = run.manifest.get("status")
     if status != "completed":
         run.warnings.append(f"manifest.json: the run's status is {status!r}, not 'completed'")
+    if run.protocol and plugin is protocols.GENERIC:
+        run.warnings.append(f"protocol {run.protocol!r} has no analysis plug-in: generic metrics only")
 
     # Ingest.
     files = ingest.files_frame(spark, run.captures)
     scanned = _rows(ingest.scan_captures(files))
-    ingest.write_packets(ingest.parse_packets(files, run.run_id, run.t0, run.addresses(), run.clock_offsets),
-                         out / "packets")
+    ingest.write_packets(ingest.parse_packets(files, run.run_id, run.t0, run.addresses(), run.clock_offsets,
+                                              run.ports), out / "packets")
     lines = ingest.read_event_lines(spark, run.event_logs)
     ingest.write_events(ingest.parse_events(lines, run.run_id, run.t0, run.clock_offsets), out / "events")
     for m in _rows(ingest.malformed_events(lines)):
@@ -128,27 +139,27 @@ def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
     res.captures = _capture_warnings(run, scanned, counted)
     write_csv(mdir / "captures.csv", res.captures, [*CAPTURES.fieldNames(), *CAPTURE_EXTRA])
     res.undecodable = table("undecodable", metrics.undecodable(packets))
-    tpr = metrics.tpr(events, members).cache()
-    res.tpr = table("tpr", tpr)
-    res.tpr_summary = table("tpr_summary", metrics.tpr_summary(tpr))
-    tts = metrics.time_to_stable(events, members, life).cache()
-    res.tts = table("time_to_stable", tts)
-    res.tts_summary = table("time_to_stable_summary", metrics.time_to_stable_summary(tts))[0]
-    res.traffic = table("traffic", metrics.traffic_per_member(packets, life))
+    res.by_transport = table("messages_by_type", metrics.messages_by_type(packets))
+    rec = metrics.receipts(events, members, life).cache()
+    per_msg = metrics.delivery(rec).cache()
+    res.delivery = table("delivery", per_msg)
+    res.delivery_summary = table("delivery_summary", metrics.delivery_summary(per_msg, rec))[0]
+    res.latency_quantiles = table("latency_quantiles", metrics.latency_quantiles(rec))
+    res.traffic_types = table("traffic_by_message_type", metrics.traffic_by_message_type(packets, life))
+    res.overhead = metrics.control_overhead(res.traffic_types)
+    res.member_s = metrics.member_seconds(packets, life).first()["member_s"]
+    res.throughput = table("throughput_timeseries", metrics.throughput_timeseries(packets, BIN_S))
     res.traffic_by_type = table("traffic_by_type", metrics.traffic_by_type(packets))
     res.traffic_series = table("traffic_timeseries", metrics.traffic_timeseries(packets, BIN_S))
-    res.event_series = table("event_timeseries", metrics.event_timeseries(events, TIMELINE_EVENTS, BIN_S))
-    fd = metrics.failure_detection(events, members, crash, life).cache()
-    res.fd = table("failure_detection", fd)
-    res.fd_summary = table("failure_detection_summary", metrics.failure_detection_summary(fd))
-    res.false_declarations = table("false_declarations", metrics.false_declarations(events, members, crash))
-    res.declarations = _rows(_declaration_marks(events, members, crash))
+    res.event_series = table("event_timeseries", metrics.event_timeseries(events, plugin.timeline_events, BIN_S))
     res.actions = table("schedule", events.where(F.col("event") == "action_applied")
                         .select("index", "action", "op", "planned_s", "actual_s", "lag_ms", "targets", "links")
                         .orderBy("actual_s"))
     res.queues = queues.queue_drops(run.plan, run.tc, run.delayline, run.warnings)
     write_csv(mdir / "queue_drops.csv", res.queues, queues.COLUMNS)
-    for df in (events, members, crash, life, tpr, tts, fd):
+    res.data = plugin.metrics(protocols.MetricsContext(spark, run, packets, events, members, crash, life, table,
+                                                       BIN_S))
+    for df in (events, members, crash, life, rec, per_msg):
         df.unpersist()
 
     res.summary = summarize(res)
@@ -156,52 +167,33 @@ def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
     return res
 
 
-def _declaration_marks(events: DataFrame, members: DataFrame, crash: DataFrame) -> DataFrame:
-    """(member, observer, t_s, crashed) for every declared_failed: crashed = the member had crashed by then."""
-    decl = (events.where(F.col("event") == "declared_failed")
-            .join(members.select(F.col("member_id").alias("member"), F.col("member").alias("name")), "member")
-            .select(F.col("name").alias("member"), F.col("node").alias("observer"), "ts", "t_s"))
-    crashed = crash.select(F.col("member").alias("c_member"), "crash_ts")
-    return (decl.join(crashed, (F.col("c_member") == F.col("member")) & (F.col("crash_ts") <= F.col("ts")), "left")
-            .groupBy("member", "observer", "t_s").agg((F.count("crash_ts") > 0).alias("crashed"))
-            .orderBy("t_s"))
-
-
 def summarize(res: RunResult) -> dict[str, Any]:
-    """The run's key numbers (JSON-ready), also the row of a comparison."""
+    """The run's key numbers (JSON-ready), also the row of a comparison: the generic ones, then the plug-in's."""
     run = res.run
     spec = run.manifest.get("spec") or {}
-    g = next((r for r in res.tpr_summary if r["level"] == "global"), {})
-    rates = [r["gossip_msgs_per_s"] for r in res.traffic if r["gossip_msgs_per_s"] is not None]
-    brates = [r["gossip_bytes_per_s"] for r in res.traffic if r["gossip_bytes_per_s"] is not None]
-    lat = [r["latency_s"] for r in res.fd if r["latency_s"] is not None]
-    rounds = [r for r in res.tpr if r["level"] == "global" and r["tpr_s"] is not None]
-    return {
+    d, o = res.delivery_summary, res.overhead
+    rate = o["messages"] / res.member_s if res.member_s and o.get("messages") is not None else None
+    generic = {
         "run_id": run.run_id, "name": spec.get("name"), "status": run.manifest.get("status"),
+        "protocol": run.protocol or res.plugin.name or None,
         "backend": run.manifest.get("backend"), "shaper": run.manifest.get("shaper"),
         "members": len(run.members), "senders": sum(1 for m in run.members if m.sender_index is not None),
-        "subgroup": run.gsgc.get("subgroup"), "step_s": run.gsgc.get("step_s"), "fail_k": run.gsgc.get("fail_k"),
         "duration_s": (run.end - run.t0) if run.end else None,
         "packets": sum(c["packets"] for c in res.captures),
         "undecodable": sum(c["undecodable"] for c in res.captures),
-        "tpr_rounds": g.get("rounds", 0), "tpr_mean_s": g.get("tpr_mean_s"), "tpr_std_s": g.get("tpr_std_s"),
-        "steps_mean": g.get("steps_mean"), "steps_std": g.get("steps_std"),
-        "member_tpr_mean_s": g.get("member_tpr_mean_s"),
-        "tpr_values_s": [r["tpr_s"] for r in rounds], "steps_values": [r["steps"] for r in rounds],
-        "tts_messages": res.tts_summary.get("messages", 0), "tts_stable": res.tts_summary.get("stable", 0),
-        "tts_median_s": res.tts_summary.get("median_s"), "tts_mean_s": res.tts_summary.get("mean_s"),
-        "tts_p90_s": res.tts_summary.get("p90_s"), "tts_max_s": res.tts_summary.get("max_s"),
-        "gossip_msgs_per_member_s": statistics.fmean(rates) if rates else None,
-        "gossip_bytes_per_member_s": statistics.fmean(brates) if brates else None,
-        "crashes": len(res.fd_summary), "fd_observers": len(res.fd), "fd_detected": len(lat),
-        "fd_latency_median_s": statistics.median(lat) if lat else None,
-        "fd_latency_max_s": max(lat) if lat else None,
-        "false_declarations": sum(r["declarations"] for r in res.false_declarations),
+        "data_messages": d.get("messages", 0), "delivered_complete": d.get("complete", 0),
+        "delivery_ratio_mean": d.get("delivery_ratio_mean"), "delivery_ratio_min": d.get("delivery_ratio_min"),
+        "receipts": d.get("receipts", 0), "receipts_expected": d.get("receipts_expected", 0),
+        "latency_mean_s": d.get("latency_mean_s"), "latency_median_s": d.get("latency_median_s"),
+        "latency_p90_s": d.get("latency_p90_s"), "latency_p99_s": d.get("latency_p99_s"),
+        "latency_max_s": d.get("latency_max_s"),
+        "messages_sent": o.get("messages"), "bytes_sent": o.get("bytes"), "msgs_per_member_s": rate,
+        "control_msgs_fraction": o.get("control_msgs_fraction"),
+        "control_bytes_fraction": o.get("control_bytes_fraction"),
         "queue_drops": queues.total_drops(res.queues),
-        "warnings": list(run.warnings),
     }
+    return {**generic, **res.plugin.summary(run, res.data), "warnings": list(run.warnings)}
 
 
 def write_summary(res: RunResult) -> None:
-    (res.run.out / "metrics" / "summary.json").write_text(
-        json.dumps({**res.summary, "time_to_stable": res.tts_summary}, indent=1))
+    (res.run.out / "metrics" / "summary.json").write_text(json.dumps(res.summary, indent=1))

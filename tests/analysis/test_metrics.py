@@ -1,4 +1,4 @@
-"""GSGC metrics against values worked out by hand from tests/analysis/synthetic.py (see the comments)."""
+"""The generic and the GSGC metrics against values worked out by hand from tests/analysis/synthetic.py (see the comments)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from analysis import ingest, metrics
+from analysis.protocols import gsgc
 from analysis.pcap import CaptureFile
 from analysis.rundir import Member
 from tests.analysis import synthetic as syn
@@ -72,7 +73,7 @@ def test_tpr_per_round(events, members):
     # Round 1: first start 1002.0 (h1 constructed), first constructed completion h0 at 1005.0 with 3 steps (h3's
     # earlier completion was not a construction); h0, h1, h3 completed it: tpr_s 2.75, 3.5, 2.25 (mean 8.5 / 3),
     # steps 3, 3, 2 (mean 8 / 3). Round 2: first start 1004.75 (h3), never completed.
-    got = rows(metrics.tpr(events, members), "level", "group", "round", "started_ts", "constructed_by", "tpr_s",
+    got = rows(gsgc.tpr(events, members), "level", "group", "round", "started_ts", "constructed_by", "tpr_s",
                "steps", "members_completed", "member_tpr_mean_s", "steps_mean")
     assert got == approx_rows([
         ("global", None, 0, 1000.0, "h1", 2.0, 2, 4, 1.9375, 2.25),
@@ -84,7 +85,7 @@ def test_tpr_per_round(events, members):
 def test_tpr_summary(events, members):
     # TPR 2.0 and 3.0: mean 2.5, sample std sqrt(0.5); steps 2 and 3 likewise; members' mean of the rounds'
     # means (1.9375 + 8.5 / 3) / 2.
-    (got,) = rows(metrics.tpr_summary(metrics.tpr(events, members)), "level", "rounds", "rounds_started",
+    (got,) = rows(gsgc.tpr_summary(gsgc.tpr(events, members)), "level", "rounds", "rounds_started",
                   "tpr_mean_s", "tpr_std_s", "tpr_min_s", "tpr_max_s", "steps_mean", "steps_std",
                   "member_tpr_mean_s")
     assert got == approx_rows([("global", 2, 3, 2.5, 0.5 ** 0.5, 2.0, 3.0, 2.5, 0.5 ** 0.5, (1.9375 + 8.5 / 3) / 2)])[0]
@@ -100,7 +101,7 @@ def test_tpr_of_local_groups_is_per_group(spark):
     events = ingest.parse_events(spark.createDataFrame([(json.dumps(e), "x") for e in evs], "value string, source "
                                                        "string"), "r", 0.0)
     groups = [Member(m.id, m.name, m.address, m.sender_index, 0 if m.id < 2 else 1) for m in MEMBERS]
-    got = rows(metrics.tpr(events, metrics.members_frame(spark, groups)), "level", "group", "round", "tpr_s")
+    got = rows(gsgc.tpr(events, metrics.members_frame(spark, groups)), "level", "group", "round", "tpr_s")
     # group 0: 12.0 - 10.0; group 1: 21.0 - 20.0 (pooled, it would be 12.0 - 10.0 for one round).
     assert got == [("local", 0, 0, 2.0), ("local", 1, 0, 1.0)]
 
@@ -111,7 +112,7 @@ def test_time_to_stable(events, members, life):
     # h1 seq 2, sent 1003.0: h0 1005.0, h1 1005.5, h3 1005.25; h2 never, but it crashed at 1004.0 -> 2.5 s.
     # h1 seq 3, sent 1006.0: h2 crashed before and does not count; nobody reached 3 -> never stable.
     # h3 seq 1 (S[0]), sent 1001.5: h0 1005.0, h1 1005.5, h2 1002.5, h3 1005.25 -> 4.0 s.
-    tts = metrics.time_to_stable(events, members, life)
+    tts = gsgc.time_to_stable(events, members, life)
     assert rows(tts, "origin", "origin_id", "seq", "sent_ts", "members", "members_reached", "stable_ts",
                 "time_to_stable_s") == approx_rows([
                     ("h1", 1, 1, 1001.0, 3, 3, 1002.5, 1.5),
@@ -119,7 +120,7 @@ def test_time_to_stable(events, members, life):
                     ("h1", 1, 3, 1006.0, 3, 0, None, None),
                     ("h3", 3, 1, 1001.5, 4, 4, 1005.5, 4.0)])
     # 1.5, 2.5, 4.0: mean 8/3, median 2.5, p90 (linear) 2.5 + 0.8 * 1.5 = 3.7.
-    (summary,) = rows(metrics.time_to_stable_summary(tts), "messages", "stable", "mean_s", "median_s", "p90_s",
+    (summary,) = rows(gsgc.time_to_stable_summary(tts), "messages", "stable", "mean_s", "median_s", "p90_s",
                       "max_s")
     assert summary == approx_rows([(4, 3, 8 / 3, 2.5, 3.7, 4.0)])[0]
 
@@ -127,17 +128,17 @@ def test_time_to_stable(events, members, life):
 def test_failure_detection(events, members, crash, life):
     # h2 crashed at 1004.0. Observers h0, h1, h3. h0's declaration at 1003.0 came before the crash; its next at
     # 1006.0 (2.0 s). h1 at 1006.5 (2.5 s; its second at 1007.0 is not the first). h3 never declared h2.
-    fd = metrics.failure_detection(events, members, crash, life)
+    fd = gsgc.failure_detection(events, members, crash, life)
     assert rows(fd, "member", "member_id", "crash_ts", "observer", "declared_ts", "latency_s") == approx_rows([
         ("h2", 2, 1004.0, "h0", 1006.0, 2.0), ("h2", 2, 1004.0, "h1", 1006.5, 2.5),
         ("h2", 2, 1004.0, "h3", None, None)])
-    assert rows(metrics.failure_detection_summary(fd), "member", "observers", "detected", "min_s", "median_s",
+    assert rows(gsgc.failure_detection_summary(fd), "member", "observers", "detected", "min_s", "median_s",
                 "mean_s", "max_s") == approx_rows([("h2", 3, 2, 2.0, 2.25, 2.25, 2.5)])
 
 
 def test_false_declarations(events, members, crash):
     # h0 declared h2 at 1003.0 (h2 crashed at 1004.0); h3 declared h1, which never crashed.
-    assert rows(metrics.false_declarations(events, members, crash), "member", "declarations", "observers") == [
+    assert rows(gsgc.false_declarations(events, members, crash), "member", "declarations", "observers") == [
         ("h1", 1, 1), ("h2", 1, 1)]
 
 
@@ -145,7 +146,7 @@ def test_traffic_per_member(packets, life):
     # h0 sent 4 GOSSIP (38 B) + 2 LIVE (23 B) = 6 msgs, 198 B in 10 s; received 2 DATA + 1 GOSSIP; 3 undecodable.
     # h1 sent 2 DATA (49 B) + 3 GOSSIP (114 B) in 10 s; received 4 GOSSIP + 2 LIVE; 2 undecodable.
     # h2 sent LIVE + GOSSIP (61 B) in 3.75 s (1000.25 to its crash at 1004.0). h3 has no capture.
-    got = rows(metrics.traffic_per_member(packets, life), "node", "lifetime_s", "gossip_msgs", "gossip_bytes",
+    got = rows(gsgc.traffic_per_member(packets, life), "node", "lifetime_s", "gossip_msgs", "gossip_bytes",
                "gossip_msgs_per_s", "gossip_bytes_per_s", "data_msgs", "data_bytes", "sent_msgs", "received_msgs",
                "undecodable")
     assert got == approx_rows([

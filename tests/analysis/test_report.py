@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from analysis.doc import Bullets, Doc, Figure, Heading, Para, Table, fmt, to_html, to_markdown
-from analysis.report import comparison_report, pooled
+from analysis.protocols.gsgc import pooled
+from analysis.report import comparison_report
 
 
 def summary(run_id: str, subgroup: int, step_s: float, tprs: list[float], steps: list[int], shaper="netem"):
