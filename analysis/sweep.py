@@ -9,6 +9,10 @@ point over repetitions (mean and 95 % confidence interval), drawn as the GSGC pa
 - Figures 12 / 13: near-minimum TPR against the group size, one line per scheme (global, local gossip), when
   the sweep has a member-count axis.
 
+The values come from the sweep's protocol plug-in (analysis.protocols: GSGC's are the above; a protocol without
+its own takes the generic ones: delivery ratio, latency median and p90, control share of the bytes, messages per
+member-second, per point with their 95 % CI).
+
 Each run is analysed once by analysis.run (Spark; skipped when its analysis/metrics/summary.json exists), or, with
 engine "events", its TPR and steps are read from the event logs directly (the same definition as
 analysis.metrics.tpr, no Spark: what `orchestrator tune` and CI use, since a Spark pass costs minutes on a busy
@@ -30,7 +34,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from analysis import protocols
 from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
+from analysis.protocols import ProtocolAnalysis
 from analysis.run import write_csv
 from analysis.rundir import protocol_of
 from orchestrator.units import parse_time
@@ -117,30 +123,37 @@ def tune_value(summary: dict, metric: str) -> float | None:
     raise ValueError(f"metric {metric!r}: one of {', '.join(METRICS)}")
 
 
-def point_rows(index: dict, summaries: dict[str, dict], queues: dict[str, dict]) -> list[dict]:
-    """One row per selected point of sweep.json with its run's numbers (None where the run is missing)."""
+def sweep_plugin(summaries: dict[str, dict]) -> ProtocolAnalysis:
+    """The plug-in of the sweep's protocol (from its runs' summaries; GSGC when there are none or they differ)."""
+    names = {protocols.summary_protocol(s) for s in summaries.values() if s}
+    return protocols.get(names.pop() if len(names) == 1 else "gsgc")
+
+
+def point_rows(index: dict, summaries: dict[str, dict], queues: dict[str, dict],
+               plugin: ProtocolAnalysis | None = None) -> list[dict]:
+    """One row per selected point of sweep.json with its run's numbers (None where the run is missing): the
+    plug-in's `sweep_values` (GSGC: TPR, steps, queues; the generic ones: delivery, latency, overhead)."""
+    plugin = plugin or sweep_plugin(summaries)
     rows = []
     selected = index.get("selected") or list(index.get("points", {}))
     for pid in selected:
         e = index["points"].get(pid, {})
         rd = e.get("run_dir")
         s = summaries.get(rd) or {}
-        tpr, steps, rounds = run_tpr(s) if s else (None, None, 0)
         q = queues.get(rd) or {}
         rows.append({
             "point": pid, "group": e.get("group"), **{f"c.{k}": v for k, v in (e.get("coords") or {}).items()},
             "rep": e.get("rep"), "status": e.get("status"), "run_dir": rd,
             "members": s.get("members"), "subgroup": s.get("subgroup"), "step_s": s.get("step_s"),
-            "tpr_s": tpr, "tpr_round0_s": s.get("tpr_first_round_s"), "steps": steps, "rounds": rounds,
-            "tpr_all_s": s.get("tpr_mean_s"),
-            "avg_queue": q.get("avg_queue"), "max_queue": q.get("max_queue"),
-            "queue_drops": s.get("queue_drops"),
+            **plugin.sweep_values(s, q),
         })
     return rows
 
 
-def aggregate(rows: list[dict]) -> list[dict]:
-    """Per point group (coordinates without the repetition): runs, and mean and 95 % CI of each value."""
+def aggregate(rows: list[dict], values: tuple[str, ...] | None = None) -> list[dict]:
+    """Per point group (coordinates without the repetition): runs, and mean and 95 % CI of each value (default:
+    GSGC's VALUES). `runs_measured`: runs with the first value; GSGC's `runs_with_tpr` the same for TPR."""
+    values = values or VALUES
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         groups[r["group"]].append(r)
@@ -149,12 +162,20 @@ def aggregate(rows: list[dict]) -> list[dict]:
         first = rs[0]
         row = {"group": g, **{k: v for k, v in first.items() if k.startswith("c.")},
                "members": first["members"], "subgroup": first["subgroup"], "step_s": first["step_s"],
-               "runs": len(rs), "runs_with_tpr": sum(1 for r in rs if r["tpr_s"] is not None)}
-        for v in VALUES:
-            m, ci = mean_ci([r[v] for r in rs if r[v] is not None])
+               "runs": len(rs), "runs_measured": sum(1 for r in rs if r.get(values[0]) is not None)}
+        if "tpr_s" in values:
+            row["runs_with_tpr"] = sum(1 for r in rs if r["tpr_s"] is not None)
+        for v in values:
+            m, ci = mean_ci([r[v] for r in rs if r.get(v) is not None])
             row[f"{v}_mean"], row[f"{v}_ci95"] = m, ci
         out.append(row)
     return out
+
+
+def sweep_values_of(plugin: ProtocolAnalysis, rows: list[dict]) -> tuple[str, ...]:
+    """The values the sweep aggregates: the plug-in's columns, and GSGC's round count."""
+    keys = tuple(k for k, _ in plugin.sweep_columns)
+    return keys + tuple(k for k in ("rounds",) if rows and k in rows[0] and k not in keys)
 
 
 def _as_number(v: Any) -> float | None:
@@ -238,14 +259,12 @@ def events_summary(run_dir: Path) -> dict:
     for c in configs:
         groups = protocol_of(c)[1].get("local_groups") or []
         group_of[c["name"]] = next((i for i, g in enumerate(groups) if c["id"] in g["members"]), None)
-    events = []
+    events, orchestrator = [], []
     for f in sorted((run_dir / "events").glob("*.jsonl")):
-        if f.name == "orchestrator.jsonl":
-            continue
         with open(f) as fh:
             for line in fh:
                 try:
-                    events.append(json.loads(line))
+                    (orchestrator if f.name == "orchestrator.jsonl" else events).append(json.loads(line))
                 except json.JSONDecodeError:
                     continue
     rounds = event_rounds(events, group_of)
@@ -274,7 +293,13 @@ def events_summary(run_dir: Path) -> dict:
     # was running when it started, which `run` guarantees by starting the members together)
     first = next((r for r in steady if r["level"] == "global" and r["round"] == 0), None)
     q = run_queue_stats(run_dir)
+    t0 = manifest.get("t0_unix") or 0.0
+    crashed = {t: t0 + e["actual_s"] for e in orchestrator if isinstance(e, dict) and e.get("op") == "crash"
+               for t in e.get("targets") or []}
+    ids = {c["name"]: c["id"] for c in configs if "name" in c and "id" in c}
     return {"run_id": manifest.get("run_id"), "status": manifest.get("status"),
+            "protocol": protocol_of(configs[0])[0] if configs else None,
+            **event_delivery(events, ids, crashed),
             "members": len(configs) or None, "subgroup": gsgc.get("subgroup"), "step_s": gsgc.get("step_s"),
             "local_groups": len(gsgc.get("local_groups") or []) or None,
             "members_started": len(first_start), "all_started_ts": all_started,
@@ -286,6 +311,47 @@ def events_summary(run_dir: Path) -> dict:
             "tpr_first_round_s": first["tpr_s"] if first else None,
             "tpr_all_values_s": all_tprs, "steps_all_values": all_steps, "queue_drops": q["overflowed"], "queue": q,
             "rounds": {lvl: sum(1 for r in done if r["level"] == lvl) for lvl in ("global", "local", "sc")}}
+
+
+def event_delivery(events: list[dict], ids: dict[str, int], crashed: dict[str, float]) -> dict[str, Any]:
+    """analysis.metrics' delivery over plain event dicts: per data message the members alive at the send (started
+    by it, not crashed at or before it, not the origin), the fraction that logged `data_received`, and the
+    latency of each such receipt. Returns the summary keys (delivery_ratio_mean, latency_median_s, ...)."""
+    started: dict[str, float] = {}
+    sent: dict[tuple[int, int], float] = {}
+    got: dict[tuple[str, int, int], float] = {}
+    for e in events:
+        ev, node, ts = e.get("event"), e.get("node"), e.get("ts")
+        if ev == "node_started":
+            started[node] = min(ts, started.get(node, ts))
+        elif ev == "data_sent" and node in ids:
+            key = (ids[node], e.get("seq"))
+            sent[key] = min(ts, sent.get(key, ts))
+        elif ev == "data_received":
+            key = (node, e.get("origin"), e.get("seq"))
+            got[key] = min(ts, got.get(key, ts))
+    ratios, lat = [], []
+    name_of = {i: n for n, i in ids.items()}
+    for (origin, seq), ts in sent.items():
+        alive = [m for m, st in started.items() if m != name_of.get(origin) and st <= ts
+                 and (m not in crashed or crashed[m] > ts)]
+        if not alive:
+            continue
+        rec = [got[(m, origin, seq)] - ts for m in alive if (m, origin, seq) in got]
+        ratios.append(len(rec) / len(alive))
+        lat += rec
+    lat.sort()
+
+    def q(p: float) -> float | None:
+        if not lat:
+            return None
+        k = (len(lat) - 1) * p
+        lo = math.floor(k)
+        return lat[lo] + (lat[min(lo + 1, len(lat) - 1)] - lat[lo]) * (k - lo)
+
+    return {"data_messages": len(sent), "delivery_ratio_mean": statistics.fmean(ratios) if ratios else None,
+            "delivery_ratio_min": min(ratios) if ratios else None, "latency_median_s": q(0.5),
+            "latency_p90_s": q(0.9), "latency_max_s": lat[-1] if lat else None}
 
 
 # --- figures ----------------------------------------------------------------------------------------------------
@@ -314,7 +380,14 @@ def _pair_vs_step(lines: dict[str, list[dict]], left: tuple[str, str, str], righ
     return base._save(fig, path)
 
 
-def figures(index: dict, agg: list[dict], figdir: Path) -> list[tuple[str, Path]]:
+def figures(index: dict, agg: list[dict], figdir: Path,
+            plugin: ProtocolAnalysis | None = None) -> list[tuple[str, Path]]:
+    """The sweep's figures: the plug-in's (GSGC's paper figures by default)."""
+    return (plugin or protocols.get("gsgc")).sweep_figures(index, agg, figdir)
+
+
+def gsgc_figures(index: dict, agg: list[dict], figdir: Path) -> list[tuple[str, Path]]:
+    """GSGC's: steps and TPR, queues against the step interval; TPR against the group size."""
     from analysis import figures as base  # noqa: F401 - selects the Agg backend
     import matplotlib.pyplot as plt
 
@@ -393,36 +466,46 @@ def analyze_sweep(root: Path, master: str = "local[*]", engine: str = "spark") -
         from analysis.rundir import AnalysisError
         raise AnalysisError(f"{root}: no sweep.json (not a sweep directory)")
     summaries, queues = collect(root, index, master, engine)
-    rows = point_rows(index, summaries, queues)
-    agg = aggregate(rows)
+    plugin = sweep_plugin(summaries)
+    rows = point_rows(index, summaries, queues, plugin)
+    values = sweep_values_of(plugin, rows)
+    agg = aggregate(rows, values)
     out = root / "analysis"
     write_csv(out / "points.csv", rows)
     write_csv(out / "summary.csv", agg)
-    made = figures(index, agg, out / "figures")
+    made = figures(index, agg, out / "figures", plugin)
     doc = Doc(f"Sweep {root.name}")
     axes = ", ".join(f"{a['name']} ∈ {{{', '.join(a['values'])}}}" for a in index.get("axes") or [])
-    doc.add(Para(f"Experiment `{index.get('experiment_file')}`; axes: {axes or 'none'}; "
-                 f"{index.get('repetitions')} repetition(s); {len(rows)} point(s), "
-                 f"{sum(1 for r in rows if r['tpr_s'] is not None)} with a measured TPR."))
-    doc.add(Para("Round-0 TPR: from the members' common start to the first S, the paper's TPR (each of its runs "
-                 "starts the protocol once). "
-                 "TPR: mean over a run's completed global rounds that started once every member was running; "
-                 "per point the mean over the "
-                 "repetitions ± the half-width of the 95 % confidence interval (Student t). Queue sizes from the "
-                 "delay line: average = mean queue length met by an admitted packet, max over all link directions."))
+    first = plugin.sweep_columns[0][0]
+    doc.add(Para(f"Experiment `{index.get('experiment_file')}` (protocol {plugin.name or 'unknown'}); axes: "
+                 f"{axes or 'none'}; {index.get('repetitions')} repetition(s); {len(rows)} point(s), "
+                 f"{sum(1 for r in rows if r.get(first) is not None)} with a measured "
+                 f"{'TPR' if first == 'tpr_s' else plugin.sweep_columns[0][1]}."))
+    if plugin.name == "gsgc":
+        doc.add(Para("Round-0 TPR: from the members' common start to the first S, the paper's TPR (each of its "
+                     "runs starts the protocol once). "
+                     "TPR: mean over a run's completed global rounds that started once every member was running; "
+                     "per point the mean over the "
+                     "repetitions ± the half-width of the 95 % confidence interval (Student t). Queue sizes from "
+                     "the delay line: average = mean queue length met by an admitted packet, max over all link "
+                     "directions."))
+    else:
+        doc.add(Para("Per point the mean over the repetitions ± the half-width of the 95 % confidence interval "
+                     "(Student t) of each run's mean delivery ratio, latency median and p90 over all receipts, "
+                     "control share of the bytes sent and messages sent per member-second (analysis.metrics)."))
     doc.add(Heading(1, "Per point (mean ± 95 % CI over repetitions)"))
     cols = [k for k in agg[0] if k.startswith("c.")] if agg else []
-    doc.add(Table([c[2:] for c in cols] + ["runs (with TPR)", "TPR (s)", "steps/round", "avg queue", "max queue",
-                                           "queue drops", "round-0 TPR (s)"],
-                  [[r[c] for c in cols] + [f"{r['runs']} ({r['runs_with_tpr']})",
-                                           *[_pm(r, v) for v in ("tpr_s", "steps", "avg_queue", "max_queue",
-                                                                 "queue_drops", "tpr_round0_s")]] for r in agg]))
+    runs_label = "runs (with TPR)" if first == "tpr_s" else "runs (measured)"
+    runs_key = "runs_with_tpr" if first == "tpr_s" else "runs_measured"
+    doc.add(Table([c[2:] for c in cols] + [runs_label] + [label for _, label in plugin.sweep_columns],
+                  [[r[c] for c in cols] + [f"{r['runs']} ({r[runs_key]})",
+                                           *[_pm(r, v) for v, _ in plugin.sweep_columns]] for r in agg]))
     for title, path in made:
         doc.add(Heading(1, title))
         doc.add(Figure(path, title))
-    missing = [r["point"] for r in rows if r["tpr_s"] is None]
+    missing = [r["point"] for r in rows if r.get(first) is None]
     if missing:
-        doc.add(Heading(1, "Points without a TPR"))
+        doc.add(Heading(1, f"Points without a {'TPR' if first == 'tpr_s' else 'measurement'}"))
         doc.add(Para(", ".join(f"{p} ({next(r['status'] for r in rows if r['point'] == p)})" for p in missing)))
     md, _ = write(doc, out, "sweep")
     return md
