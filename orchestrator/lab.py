@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.backends.base import Backend, NullProgress, Progress, get_backend
-from orchestrator.errors import LabExists, OrchestratorError, ShapingError
+from orchestrator.errors import LabExists, OrchestratorError, ShapingError, SpecError
 from orchestrator.mcast.realise import status as mcast_status
 from orchestrator.plan import NetworkPlan, build_plan
 from orchestrator.shaping import render
@@ -85,6 +85,9 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
        backend_options: dict | None = None) -> LabState:
     progress = progress or NullProgress()
     backend = get_backend(backend_name, **(backend_options or {}))
+    if prep.plan.groups and getattr(backend, "remote_shaping", False):
+        raise SpecError("multicast: groups need the mininet or docker backend (real hosts' own network would have "
+                        "to route them)")
     if getattr(backend, "remote_shaping", False):
         # Real hosts: each host's kernel is probed when the backend deploys it (it then sets the shaper, the
         # capabilities and the warnings); until then `shaper` is the request.

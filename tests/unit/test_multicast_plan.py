@@ -252,3 +252,15 @@ def test_dense_1000_entries_scale_with_senders():
         copies, delivered = simulate(plan, plan.groups[0], s)
         assert len(copies) == 999 and len(delivered) == 999
     assert list(itertools.islice(member_endpoints(plan, "h5")[0]["join_ifs"], 1)) == ["mc0"]
+
+
+def test_real_hosts_refuse_groups_before_anything_is_deployed(tmp_path, monkeypatch):
+    from orchestrator import lab as labmod
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    f = tmp_path / "m.yaml"
+    f.write_text("topology: {kind: tree, nodes: 3, degree: 2}\nmulticast: {groups: [{name: d, address: 239.1.0.1}]}\n")
+    prep = labmod.prepare(f, "mh")
+    with pytest.raises(SpecError, match="groups need the mininet or docker backend"):
+        labmod.up(prep, "hosts", backend_options={"inventory": tmp_path / "none.yml"})
+    assert not (tmp_path / "state").exists()
