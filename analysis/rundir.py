@@ -1,4 +1,4 @@
-"""A run directory's small files, read on the driver (DESIGN.md §6): manifest, plan, node configs, fidelity,
+"""A run directory's small files, read on the driver (docs/architecture.md §6): manifest, plan, node configs, fidelity,
 tc statistics, and the lists of pcaps and event logs the Spark jobs read.
 
 Only `manifest.json` and `plan.json` are required (`RunDirError` otherwise). Anything else that is missing or

@@ -1,4 +1,4 @@
-"""The network plan: pure data computed from a validated experiment (DESIGN.md §2).
+"""The network plan: pure data computed from a validated experiment (docs/architecture.md §2).
 
 - The tree is balanced and bounded-degree: the root has `degree` children, every other interior node
   `degree - 1` (so interior nodes have `degree` links), filled breadth-first as in the GSGC paper's networks.

@@ -1,6 +1,6 @@
 """`orchestrator run`: deploy the protocol node on every member, capture, apply the schedule, collect.
 
-run directory (DESIGN.md §6):
+run directory (docs/architecture.md §6):
     manifest.json  plan.json  fidelity.json  orchestrator.log
     configs/<node>.json  events/<node>.jsonl  events/orchestrator.jsonl  logs/<node>.log
     pcaps/<node>-any.pcap  tc/<node>.json

@@ -1,4 +1,4 @@
-"""The fault and perturbation schedule (DESIGN.md §5), pure: faults are data, as in Jepsen's nemesis.
+"""The fault and perturbation schedule (docs/architecture.md §5), pure: faults are data, as in Jepsen's nemesis.
 
 An experiment's `schedule:` is a list of actions at times relative to the run start:
 

@@ -1,4 +1,4 @@
-"""The backend interface (DESIGN.md §3). A backend realises a `NetworkPlan` and gives the runner what it needs.
+"""The backend interface (docs/architecture.md §3). A backend realises a `NetworkPlan` and gives the runner what it needs.
 
 Backends are passed in explicitly (see `get_backend`); they never print: progress goes through a `Progress`
 the caller supplies (the CLI draws it with rich).

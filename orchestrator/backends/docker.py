@@ -1,4 +1,4 @@
-"""The Docker backend: one container per member from the node image, wired like the Mininet backend (DESIGN.md §3).
+"""The Docker backend: one container per member from the node image, wired like the Mininet backend (docs/architecture.md §3).
 
 Every member is a container (`network_mode="none"`, labels naming the lab and the node, so teardown finds
 everything); routers are plain named namespaces. Once a member's container runs, its network namespace is given

@@ -1,4 +1,4 @@
-"""Real hosts (DESIGN.md §3): deployment, shaping, captures and collection through Ansible (playbooks/, driven by
+"""Real hosts (docs/architecture.md §3): deployment, shaping, captures and collection through Ansible (playbooks/, driven by
 ansible-runner in `orchestrator.hosts.ansible`); time-critical actions over paramiko (`orchestrator.hosts.ssh`).
 
 The lab's state directory holds `hosts.json` (the resolved hosts, the known_hosts policy, and which hosts the

@@ -1,4 +1,4 @@
-"""The Mininet backend: hosts that route, no switches, no controller, veth links (DESIGN.md §3).
+"""The Mininet backend: hosts that route, no switches, no controller, veth links (docs/architecture.md §3).
 
 Every node is a named network namespace `<lab>-<node>` (so the lab outlives the `up` process and later
 `exec`/`status`/`run` calls find it). Processes inside a node are Mininet `Node`s: `NetnsNode` starts Mininet's

@@ -1,4 +1,4 @@
-"""Real hosts (DESIGN.md §3 "Hosts"): an experiment on machines reached over SSH.
+"""Real hosts (docs/architecture.md §3 "Hosts"): an experiment on machines reached over SSH.
 
 - `hostsfile`: the hosts file (YAML) and which plan member runs on which host (pure).
 - `render`: inventory, variables and every tc / iptables / start-stop-daemon argv, rendered from the experiment

@@ -1,4 +1,4 @@
-"""`orchestrator run --backend hosts`: the same run directory as on Mininet (DESIGN.md §6), on real hosts.
+"""`orchestrator run --backend hosts`: the same run directory as on Mininet (docs/architecture.md §6), on real hosts.
 
     up.yml (prepare + shaping) -> stage.yml (configs, agent config) -> paramiko sessions, clock offsets
     -> start.yml (captures, then nodes) -> schedule over paramiko -> stop.yml -> collect.yml -> teardown.yml

@@ -1,6 +1,6 @@
 """Rendering of one link direction (an egress interface) into tc / iptables input. Pure: no side effects.
 
-Three shapers realise a `DirParams` (DESIGN.md §3):
+Three shapers realise a `DirParams` (docs/architecture.md §3):
 - `netem`: one netem qdisc per egress: delay, jitter, loss (or Gilbert-Elliott), rate and limit.
 - `delayline`: iptables NFQUEUE rules (`delayline.render_rules`); the orchestrator's delay-line process does
   the rest (see delayline.py).
