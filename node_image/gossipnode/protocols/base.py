@@ -91,7 +91,16 @@ class Core(ABC):
         return out
 
     def set_workload(self, active: bool, now: float) -> Output:
-        raise ValueError(f"{self.name} has no data workload to start or stop")
+        """Start (until stopped, whatever `stop_s` says) or stop this sender's data messages now. Cores whose
+        senders keep a `workload.DataSource` in `self.source` get this as it is."""
+        source = getattr(self, "source", None)
+        if source is None:
+            raise ValueError(f"member {getattr(self, 'me', '?')} is not a sender")
+        out = Output()
+        event = source.set_active(active, now)
+        if event is not None:
+            out.log(now, event)
+        return out
 
     def control(self, req: dict[str, Any], now: float) -> tuple[dict[str, Any], Output]:
         raise ValueError(f"unknown command {req.get('cmd')!r}")

@@ -73,15 +73,6 @@ class DirectNode(Core):
         self.counters[f"connection_{event}"] += 1
         return super().on_connection(peer, event, now, reason)
 
-    def set_workload(self, active: bool, now: float) -> Output:
-        if self.source is None:
-            raise ValueError(f"member {self.me} is not a sender")
-        out = Output()
-        event = self.source.set_active(active, now)
-        if event is not None:
-            out.log(now, event)
-        return out
-
     def snapshot(self) -> dict[str, Any]:
         return {
             "id": self.me,
