@@ -314,6 +314,21 @@ def analyze(
 
 
 @app.command()
+def dissector(
+    out_file: Path = typer.Option(..., "--out", help="The Lua file to write (e.g. gossip.lua)."),
+    udp_port: List[int] = typer.Option([7000], "--udp-port", help="UDP unicast port(s) of the nodes."),
+    mcast_port: List[int] = typer.Option([7001], "--mcast-port", help="Multicast group port(s)."),
+    tcp_port: List[int] = typer.Option([7000], "--tcp-port", help="TCP port(s) of the nodes."),
+) -> None:
+    """Write a Wireshark Lua dissector of every registered protocol, generated from the wire registry
+    (tshark -X lua_script:FILE -Y 'gossip.type == "GOSSIP"')."""
+    from analysis.dissector import generate
+
+    out_file.write_text(generate(udp_ports=udp_port, mcast_ports=mcast_port, tcp_ports=tcp_port))
+    out.print(str(out_file))
+
+
+@app.command()
 def probe_kernel() -> None:
     """Probe what this kernel can shape with (netem, tbf, NFQUEUE, statistic)."""
     caps = labmod.probe(cache=False)

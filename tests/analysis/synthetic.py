@@ -278,3 +278,207 @@ def make_run(root: Path, run_id: str = "synthetic-20260101T000000Z", step_s: flo
     }
     (d / "manifest.json").write_text(json.dumps(manifest))
     return d
+
+
+# --- runs of the `direct` protocol, one per transport -------------------------------------------------------------
+#
+# Same members, plan and addresses; senders h0 (id 0) and h1 (id 1); direct DATA messages of 13 + 37 = 50 bytes.
+# The event logs and the pcaps are made independently (each to exercise its definitions):
+#
+# Events: h0 sends seq 1, 2, 3 at t0 + 1.0, 2.0, 3.0; h1 sends seq 1, 2 at t0 + 1.5, 2.5. h3 starts at t0 + 1.2;
+# h2 is crashed at t0 + 2.75. Receipts (receiver: latency) — DIRECT_RECEIPTS below; h3 never logs h0's seq 2.
+#
+# Pcaps (Linux cooked v2, one per member, every copy of every message, with ARP noise): udp — a datagram per
+# (message, other member), 7000 -> 7000; mcast — one datagram per message to 239.1.0.1:7001 from port 40000 + id,
+# received once by every other member, plus an IGMP report and an mDNS datagram (224.0.0.251:5353); tcp — one
+# connection per pair (opened by the lower id, to port 7000), handshake, the messages cut into segments as
+# TCP_PATTERNS says (coalesced, split inside an envelope, a retransmission, a reordering seen by the receiver),
+# a bare ACK after each data segment, FINs.
+DIRECT_SIZE = 50
+DIRECT_GROUP = ("data", "239.1.0.1", 7001)
+DIRECT_SENT = {"h0": [(1, 1001.0), (2, 1002.0), (3, 1003.0)], "h1": [(1, 1001.5), (2, 1002.5)]}
+DIRECT_RECEIPTS = {  # (origin, seq) -> {receiver: latency}
+    ("h0", 1): {"h1": 0.010, "h2": 0.020},
+    ("h1", 1): {"h0": 0.010, "h2": 0.020, "h3": 0.030},
+    ("h0", 2): {"h1": 0.010, "h2": 0.050},
+    ("h1", 2): {"h0": 0.020, "h2": 0.030, "h3": 0.060},
+    ("h0", 3): {"h1": 0.010, "h3": 0.040},
+}
+DIRECT_STARTED = {"h0": 1000.0, "h1": 1000.0, "h2": 1000.0, "h3": 1001.2}
+DIRECT_CRASH = ("h2", 2.75)
+# TCP: how each direction's byte stream (its messages, concatenated) is cut into segments: a list of
+# (start, end) byte ranges in sending order; "R" repeats the previous segment (a retransmission). `reorder`: the
+# receiver captures these segment indexes swapped.
+TCP_PATTERNS = {
+    ("h0", "h1"): {"cuts": [(0, 100), (100, 105), (105, 150), "R"]},          # m1+m2 | m3's first 5 bytes | ...
+    ("h0", "h2"): {"cuts": [(0, 20), (20, 103), (103, 150)]},                 # split m1, m2 whole, split m3
+    ("h0", "h3"): {"cuts": [(0, 50), (50, 100), (100, 150)], "reorder": (1, 2)},
+    ("h1", "h0"): {"cuts": [(0, 100)]},                                       # both of h1's in one segment
+    ("h1", "h2"): {"cuts": [(0, 50), (50, 100)]},
+    ("h1", "h3"): {"cuts": [(0, 4), (4, 9), (9, 50), (50, 100)]},             # m1's envelope over 2 segments
+}
+
+
+def direct_data(sender: int, seq: int) -> bytes:
+    from gossipnode.protocols.direct import wire as dwire
+
+    return wire.wire.encode(dwire.Data(sender, seq, b"p" * (DIRECT_SIZE - dwire.HEADER_SIZE)))
+
+
+def tcp(src: str, dst: str, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"") -> dpkt.ip.IP:
+    t = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq & 0xFFFFFFFF, ack=ack & 0xFFFFFFFF, flags=flags,
+                     win=65535, data=payload)
+    return dpkt.ip.IP(src=socket.inet_aton(ADDR.get(src, src)), dst=socket.inet_aton(ADDR.get(dst, dst)), p=6,
+                      data=t)
+
+
+def _direct_frames(transport: str) -> dict[str, list[tuple[float, bytes]]]:
+    """Each member's captured frames (unsorted (ts, frame) lists) of the direct run on `transport`."""
+    frames: dict[str, list[tuple[float, bytes]]] = {n: [(1000.5, sll2(bytes(dpkt.arp.ARP()), ethtype=0x0806))]
+                                                    for n in ADDR}
+    names = list(ADDR)
+    if transport == "udp":
+        for origin, sends in DIRECT_SENT.items():
+            for seq, ts in sends:
+                for k, dst in enumerate(n for n in names if n != origin):
+                    f = sll2(udp(origin, dst, direct_data(IDS[origin], seq)))
+                    frames[origin].append((ts + 0.0001 * k, f))
+                    frames[dst].append((ts + 0.005 + 0.0001 * k, f))
+    elif transport == "mcast":
+        _, group, port = DIRECT_GROUP
+        for origin, sends in DIRECT_SENT.items():
+            for seq, ts in sends:
+                f = sll2(udp(origin, group, direct_data(IDS[origin], seq), sport=40000 + IDS[origin], dport=port))
+                frames[origin].append((ts, f))
+                for dst in names:
+                    if dst != origin:
+                        frames[dst].append((ts + 0.005, f))
+        igmp = dpkt.ip.IP(src=socket.inet_aton(ADDR["h2"]), dst=socket.inet_aton("224.0.0.22"), p=2,
+                          data=b"\x22\x00\xf9\x02\x00\x00\x00\x01\x04\x00\x00\x00\xef\x01\x00\x01")
+        frames["h2"].append((1000.6, sll2(igmp)))
+        frames["h3"].append((1000.7, sll2(udp("h3", "224.0.0.251", b"m" * 20, sport=5353, dport=5353))))
+    else:
+        _tcp_frames(frames)
+    return frames
+
+
+def _tcp_frames(frames: dict[str, list[tuple[float, bytes]]]) -> None:
+    names = list(ADDR)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if a not in DIRECT_SENT and b not in DIRECT_SENT:
+                continue
+            port_a = 50000 + 10 * IDS[a] + IDS[b]          # the opener's ephemeral port; b listens on 7000
+            isn = {a: 1_000_000 * (IDS[a] + 1) + IDS[b], b: 4_294_967_000 - IDS[a]}   # b's wraps around 2^32
+            ep = {a: (a, port_a), b: (b, 7000)}
+            nxt = {a: isn[a] + 1, b: isn[b] + 1}
+            t = 1000.1 + 0.01 * IDS[a] + 0.001 * IDS[b]
+            seqs: list[tuple[float, str, str, dpkt.ip.IP]] = []   # (ts, sender, receiver, packet)
+
+            def seg(src: str, ts: float, flags: int, seq: int, ack: int, payload: bytes = b"") -> None:
+                dst = b if src == a else a
+                seqs.append((ts, src, dst, tcp(src, dst, ep[src][1], ep[dst][1], seq, ack, flags, payload)))
+
+            S, A, P, FIN = dpkt.tcp.TH_SYN, dpkt.tcp.TH_ACK, dpkt.tcp.TH_PUSH, dpkt.tcp.TH_FIN
+            seg(a, t, S, isn[a], 0)
+            seg(b, t + 0.0002, S | A, isn[b], nxt[a])
+            seg(a, t + 0.0004, A, nxt[a], nxt[b])
+            for src in (a, b):
+                if src not in DIRECT_SENT:
+                    continue
+                dst = b if src == a else a
+                stream = b"".join(direct_data(IDS[src], seq) for seq, _ in DIRECT_SENT[src])
+                pattern = TCP_PATTERNS[(src, dst)]
+                start_ts = DIRECT_SENT[src][0][1]
+                sent: list[tuple[int, int]] = []
+                for k, cut in enumerate(pattern["cuts"]):
+                    lo, hi = sent[-1] if cut == "R" else cut
+                    sent.append((lo, hi))
+                    ts = start_ts + 0.01 * k
+                    seg(src, ts, A | P, nxt[src] + lo, nxt[dst], stream[lo:hi])
+                    seg(dst, ts + 0.001, A, nxt[dst], nxt[src] + hi)
+                nxt[src] += len(stream)
+            seg(a, 1009.0, A | FIN, nxt[a], nxt[b])
+            seg(b, 1009.001, A | FIN, nxt[b], nxt[a] + 1)
+            seg(a, 1009.002, A, nxt[a] + 1, nxt[b] + 1)
+            for node in (a, b):
+                mine = [x for x in seqs]
+                reorder = TCP_PATTERNS.get((b if node == a else a, node), {}).get("reorder")
+                if reorder:   # this receiver saw two of the peer's data segments swapped
+                    data_idx = [j for j, x in enumerate(mine) if x[2] == node and len(x[3].data.data)]
+                    i1, i2 = data_idx[reorder[0]], data_idx[reorder[1]]
+                    (t1, *r1), (t2, *r2) = mine[i1], mine[i2]
+                    mine[i1], mine[i2] = (t1, *r2), (t2, *r1)
+                frames[node] += [(ts, sll2(pkt)) for ts, _, _, pkt in mine]
+
+
+def direct_pcaps(d: Path, transport: str) -> dict[str, Path]:
+    out = {}
+    for node, recs in _direct_frames(transport).items():
+        out[node] = write_pcap(d / "pcaps" / f"{node}-any.pcap", 276, sorted(recs, key=lambda r: r[0]))
+    return out
+
+
+def direct_events() -> dict[str, list[dict]]:
+    ev: dict[str, list[dict]] = {n: [_ev(n, ts, "node_started", id=IDS[n])] for n, ts in DIRECT_STARTED.items()}
+    for origin, sends in DIRECT_SENT.items():
+        for seq, ts in sends:
+            ev[origin].append(_ev(origin, ts, "data_sent", seq=seq, size=DIRECT_SIZE, fanout=3))
+            for rcv, lat in DIRECT_RECEIPTS[(origin, seq)].items():
+                ev[rcv].append(_ev(rcv, ts + lat, "data_received", origin=IDS[origin], seq=seq, sender=IDS[origin],
+                                   repair=False, via="udp"))
+    for n in ADDR:
+        if n != DIRECT_CRASH[0]:
+            ev[n].append(_ev(n, 1010.0, "node_stopped", reason="signal SIGTERM"))
+        ev[n].sort(key=lambda e: e["ts"])
+    crash, at = DIRECT_CRASH
+    ev["orchestrator"] = [
+        _ev("orchestrator", T0, "run_started", members=list(ADDR), duration_s=10.0),
+        _ev("orchestrator", T0 + at, "action_applied", index=0, action="crash", op="crash", planned_s=at,
+            actual_s=at, lag_ms=0.0, targets=[crash], links=[]),
+        _ev("orchestrator", T0 + 11.0, "run_stopped", reason="completed"),
+    ]
+    return ev
+
+
+def make_direct_run(root: Path, transport: str, run_id: str | None = None) -> Path:
+    """A run directory of the `direct` protocol on `transport` (udp, tcp or mcast), in this version's format."""
+    d = root / (run_id or f"direct-{transport}-20260101T000000Z")
+    members = [{"id": IDS[n], "name": n, "addr": f"{ADDR[n]}:7000"} for n in ADDR]
+    name, group, port = DIRECT_GROUP
+    (d / "configs").mkdir(parents=True, exist_ok=True)
+    for n in ADDR:
+        cfg = {"name": n, "id": IDS[n], "listen": f"{ADDR[n]}:7000", "members": members,
+               "protocol": {"name": "direct", "transport": transport}, "senders": [0, 1],
+               "workload": {"rate_per_s": 1, "size_bytes": DIRECT_SIZE}, "seed": IDS[n],
+               "event_log": f"/x/events/{n}.jsonl"}
+        if transport == "mcast":
+            cfg["multicast"] = [{"name": name, "address": group, "port": port, "ttl": 4, "send_if": None,
+                                 "join_ifs": [], "source": ADDR[n], "may_send": True}]
+        (d / "configs" / f"{n}.json").write_text(json.dumps(cfg))
+    (d / "plan.json").write_text(json.dumps(plan()))
+    (d / "events").mkdir()
+    for node, evs in direct_events().items():
+        (d / "events" / f"{node}.jsonl").write_text("\n".join(json.dumps(e) for e in evs) + "\n")
+    pcaps = direct_pcaps(d, transport)
+    manifest = {
+        "run_id": d.name, "experiment_file": f"direct-{transport}.yaml", "seed": 1, "backend": "mininet",
+        "shaper": "netem", "spec": {"name": f"direct-{transport}", "workload": {"senders": 2, "rate_per_s": 1}},
+        "started_at": T0 - 2, "t0_unix": T0, "ended_at": T0 + 11.0, "status": "completed",
+        "captures": [{"node": n, "ifname": "any", "file": f"pcaps/{n}-any.pcap",
+                      "captured": sum(1 for _ in open_frames(p)), "dropped_by_kernel": 0}
+                     for n, p in pcaps.items()],
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def open_frames(path: Path) -> list[bytes]:
+    """The frames of a pcap written by write_pcap (for counting)."""
+    data = path.read_bytes()
+    off, out = 24, []
+    while off < len(data):
+        _, _, cap, _ = struct.unpack_from("<IIII", data, off)
+        out.append(data[off + 16:off + 16 + cap])
+        off += 16 + cap
+    return out

@@ -154,3 +154,100 @@ def test_big_endian_nanosecond_pcap(tmp_path):
     with pytest.raises(PcapError, match="truncated pcap header"):
         (tmp_path / "short.pcap").write_bytes(b"\xa1\xb2\x3c\x4d")
         PcapFile(tmp_path / "short.pcap")
+
+
+# --- the `direct` protocol's transports (tests/analysis/synthetic.py, "runs of the direct protocol") -------------
+
+from analysis import pcap as P  # noqa: E402
+
+
+def direct_rows(tmp_path, transport: str, node: str, snaplen: int = 65535, drop=None) -> list[dict]:
+    recs = sorted(syn._direct_frames(transport)[node], key=lambda r: r[0])
+    if drop is not None:
+        recs = [r for r in recs if not drop(r[1])]
+    f = syn.write_pcap(tmp_path / f"{node}-{transport}.pcap", 276, recs, snaplen)
+    return rows_by_column(packet_rows(cap(f, node, syn.ADDR[node]), "r", syn.T0, NAMES))
+
+
+def test_udp_and_multicast_datagrams_of_direct(tmp_path):
+    rows = direct_rows(tmp_path, "mcast", "h3")
+    data = [r for r in rows if r["decoded"]]
+    # h3 receives each of the 5 messages once, to 239.1.0.1:7001 from port 40000 + the sender's id.
+    assert [(r["direction"], r["transport"], r["ip_dst"], r["src_port"], r["dst_port"], r["protocol"],
+             r["protocol_name"], r["type_name"], r["sender"], r["seq"], r["round"], r["length"]) for r in data] == [
+        ("in", "mcast", "239.1.0.1", 40000, 7001, 2, "direct", "DATA", 0, 1, None, 41),
+        ("in", "mcast", "239.1.0.1", 40001, 7001, 2, "direct", "DATA", 1, 1, None, 41),
+        ("in", "mcast", "239.1.0.1", 40000, 7001, 2, "direct", "DATA", 0, 2, None, 41),
+        ("in", "mcast", "239.1.0.1", 40001, 7001, 2, "direct", "DATA", 1, 2, None, 41),
+        ("in", "mcast", "239.1.0.1", 40000, 7001, 2, "direct", "DATA", 0, 3, None, 41)]
+    assert sorted(r["error"] for r in rows if not r["decoded"]) == [
+        "multicast UDP not to a group port (7001)", "not IPv4 (ethertype 0x0806)"]
+    sent = [r for r in direct_rows(tmp_path, "mcast", "h0") if r["decoded"] and r["direction"] == "out"]
+    assert [(r["seq"], r["ip_dst"]) for r in sent] == [(1, "239.1.0.1"), (2, "239.1.0.1"), (3, "239.1.0.1")]
+    # a group port elsewhere: the same datagrams are not the node's
+    f = syn.write_pcap(tmp_path / "x.pcap", 276, syn._direct_frames("mcast")["h3"])
+    other = rows_by_column(packet_rows(cap(f, "h3", syn.ADDR["h3"]), "r", syn.T0, NAMES,
+                                       ports=P.Ports(mcast=frozenset({7009}))))
+    assert sum(r["decoded"] for r in other) == 0
+    udp = [r for r in direct_rows(tmp_path, "udp", "h2") if r["decoded"]]
+    assert {(r["transport"], r["direction"], r["src_node"]) for r in udp} == {("udp", "in", "h0"), ("udp", "in", "h1")}
+    assert len(udp) == 5
+
+
+def test_tcp_messages_at_the_frame_that_completes_them(tmp_path):
+    rows = direct_rows(tmp_path, "tcp", "h3")
+    msgs = [(r["src_node"], r["msg_index"], r["sender"], r["seq"], r["payload_len"]) for r in rows if r["decoded"]]
+    # h0 -> h3: segments [0, 50), [100, 150) (ahead of the gap), [50, 100) (fills it: m2 and m3 complete here);
+    # h1 -> h3: [0, 4), [4, 9) (m1's envelope over two segments), [9, 50) completes m1, [50, 100) is m2.
+    assert msgs == [("h0", 0, 0, 1, 50), ("h0", 0, 0, 2, 50), ("h0", 1, 0, 3, 50), ("h1", 0, 1, 1, 41),
+                    ("h1", 0, 1, 2, 50)]
+    gap_fill = [r for r in rows if r["decoded"] and r["seq"] in (2, 3) and r["sender"] == 0]
+    assert gap_fill[0]["frame"] == gap_fill[1]["frame"] and gap_fill[0]["ts"] == pytest.approx(1001.02)
+    reasons = sorted(r["error"] for r in rows if not r["decoded"] and r["transport"] == "tcp"
+                     and r["error"] != P.TCP_NO_PAYLOAD)
+    assert reasons == [P.TCP_AHEAD, P.TCP_PARTIAL, P.TCP_PARTIAL]
+    assert {r["transport"] for r in rows if r["decoded"]} == {"tcp"} and all(r["length"] == 41 for r in rows
+                                                                             if r["decoded"])
+
+
+def test_tcp_coalesced_split_and_retransmitted(tmp_path):
+    # h1's capture of h0 -> h1 (from port 50001): [0, 100) = m1 + m2, [100, 105) = m3's first 5 bytes,
+    # [105, 150) completes m3, then [105, 150) again. h1 -> h0 on the same connection: [0, 100) = both of h1's.
+    rows = direct_rows(tmp_path, "tcp", "h1")
+    fwd = [r for r in rows if r["src_port"] == 50001 and r["payload_len"]]
+    assert [(r["payload_len"], r["msg_index"], r["decoded"], r["seq"], r["error"]) for r in fwd] == [
+        (100, 0, True, 1, None), (100, 1, True, 2, None), (5, 0, False, None, P.TCP_PARTIAL),
+        (45, 0, True, 3, None), (45, 0, False, None, P.TCP_RETRANSMISSION)]
+    back = [r for r in rows if r["dst_port"] == 50001 and r["decoded"]]
+    assert [(r["direction"], r["msg_index"], r["sender"], r["seq"]) for r in back] == [("out", 0, 1, 1),
+                                                                                      ("out", 1, 1, 2)]
+
+
+def test_tcp_snaplen_never_guesses_a_boundary(tmp_path):
+    # Frames are 20 (cooked v2) + 20 (IP) + 20 (TCP) bytes of headers. Snaplen 120 keeps 60 payload bytes: m1
+    # whole, m2's envelope but not its 4-byte seq; 100 keeps 40: m1's headers, not m2's envelope (bytes 50-58).
+    rows = direct_rows(tmp_path, "tcp", "h1", snaplen=120)
+    fwd = [(r["msg_index"], r["decoded"], r["seq"], r["payload_truncated"], r["error"]) for r in rows
+           if r["src_port"] == 50001 and r["payload_len"]]
+    assert fwd == [(0, True, 1, False, None), (1, False, None, True, "protocol header not captured (snaplen)"),
+                   (0, False, None, False, P.TCP_PARTIAL), (0, True, 3, False, None),
+                   (0, False, None, False, P.TCP_RETRANSMISSION)]
+    rows = direct_rows(tmp_path, "tcp", "h1", snaplen=100)
+    fwd = [(r["msg_index"], r["decoded"], r["seq"], r["payload_truncated"], r["error"]) for r in rows
+           if r["src_port"] == 50001 and r["payload_len"]]
+    assert fwd == [(0, True, 1, True, None), (1, False, None, True, P.TCP_ENVELOPE_CUT),
+                   (0, False, None, False, P.TCP_LOST), (0, False, None, True, P.TCP_LOST),
+                   (0, False, None, True, P.TCP_LOST)]          # 45-byte segments, 40 captured
+
+
+def test_tcp_without_its_syn_is_not_delimited(tmp_path):
+    def syn_frame(frame: bytes) -> bool:
+        if frame[:2] != b"\x08\x00":            # cooked v2's protocol: not IPv4
+            return False
+        ip = syn.dpkt.ip.IP(frame[20:])
+        return ip.p == 6 and bool(ip.data.flags & syn.dpkt.tcp.TH_SYN)
+
+    rows = direct_rows(tmp_path, "tcp", "h2", drop=syn_frame)
+    data = [r for r in rows if r["transport"] == "tcp" and r["payload_len"]]
+    assert len(data) == 5 and {r["error"] for r in data} == {P.TCP_NO_SYN}
+    assert not any(r["decoded"] for r in rows)
