@@ -24,13 +24,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.errors import SpecError
 from orchestrator.plan import NetworkPlan
-from orchestrator.spec import DirSpec
+from orchestrator.spec import DirSpec, FieldError
 from orchestrator.units import parse_time
 
 ACTIONS = ("crash", "restart", "pause", "perturb", "link", "partition", "heal", "join", "workload")
 PERTURB_INTERVAL_S = 0.1  # "Fighting fire with fire": a perturbed member sleeps for 100 ms intervals
+MAX_OPS = 1_000_000       # operations a schedule may expand to (a week-long perturbation of 1000 nodes is not)
 
 
 class Action(BaseModel):
@@ -118,19 +118,22 @@ class Timeline:
 
 
 def parse_schedule(raw: list[dict], path: str = "schedule") -> list[Action]:
+    """Validate each entry. Errors are FieldErrors located at `schedule[i].field` (the experiment loader adds
+    the file and line)."""
     actions = []
     for i, item in enumerate(raw):
         try:
             actions.append(Action.model_validate(item))
         except ValidationError as exc:
             first = exc.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"] if not str(x)[:1].isupper() and "[" not in str(x))
+            loc = tuple(x for x in first["loc"] if isinstance(x, int) or not (str(x)[:1].isupper() or "[" in str(x)))
             msg = first["msg"].removeprefix("Value error, ")
             if first["type"] == "extra_forbidden":
                 msg = "unknown key"
             if first["type"] == "literal_error" and first["loc"][:1] == ("action",):
-                msg = f"unknown action {item.get('action')!r} (one of {', '.join(ACTIONS)})"
-            raise SpecError(f"{path}[{i}]{'.' + loc if loc else ''}: {msg}") from None
+                name = item.get("action") if isinstance(item, dict) else None
+                msg = f"unknown action {name!r} (one of {', '.join(ACTIONS)})"
+            raise FieldError((path, i, *loc), msg) from None
     return actions
 
 
@@ -150,20 +153,21 @@ def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: in
         ops.append(Op(t=t, seq=seq, kind=kind, index=index, **kw))
         seq += 1
 
-    def fail(i: int, msg: str) -> SpecError:
-        return SpecError(f"schedule[{i}] ({actions[i].action} at {actions[i].at}): {msg}")
+    def fail(i: int, msg: str, *where) -> FieldError:
+        return FieldError(("schedule", i, *where), f"{actions[i].action} at {actions[i].at}: {msg}")
 
     def draw(i: int, a: Action, pool: list[str]) -> list[str]:
         if a.nodes is not None:
-            for n in a.nodes:
+            for j, n in enumerate(a.nodes):
                 if n not in all_names:
-                    raise fail(i, f"unknown node {n!r}")
+                    raise fail(i, f"unknown node {n!r}", "nodes", j)
                 if n not in members:
-                    raise fail(i, f"{n} is a router, not a group member")
+                    raise fail(i, f"{n} is a router, not a group member", "nodes", j)
             return list(a.nodes)
         k = a.count if a.count is not None else max(1, round(a.fraction * len(pool)))  # type: ignore[operator]
         if k > len(pool):
-            raise fail(i, f"wants {k} members but only {len(pool)} are eligible")
+            raise fail(i, f"wants {k} members but only {len(pool)} are eligible",
+                       "count" if a.count is not None else "fraction")
         rng = random.Random(f"{seed}/{i}")
         return sorted(rng.sample(sorted(pool), k), key=lambda n: plan.node(n).index)
 
@@ -171,20 +175,20 @@ def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: in
         dirs = ("down", "up") if a.direction == "both" else (a.direction,)
         ids = []
         if a.links is not None:
-            for x, y in a.links:
+            for j, (x, y) in enumerate(a.links):
                 for n in (x, y):
                     if n not in all_names:
-                        raise fail(i, f"unknown node {n!r}")
+                        raise fail(i, f"unknown node {n!r}", "links", j)
                 try:
                     ids.append(plan.link_of(x, y).id)
                 except Exception:
-                    raise fail(i, f"{x} and {y} are not linked") from None
+                    raise fail(i, f"{x} and {y} are not linked", "links", j) from None
         else:
             if a.subtree not in all_names:
-                raise fail(i, f"unknown node {a.subtree!r}")
+                raise fail(i, f"unknown node {a.subtree!r}", "subtree")
             node = plan.node(a.subtree)  # type: ignore[arg-type]
             if node.parent is None:
-                raise fail(i, "the root has no uplink to cut")
+                raise fail(i, "the root has no uplink to cut", "subtree")
             if a.action == "partition":
                 ids.append(plan.link_of(node.parent, node.name).id)
             else:
@@ -197,14 +201,14 @@ def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: in
         a = actions[i]
         t = a.at_s
         if t > duration_s:
-            raise fail(i, f"time {a.at} is beyond the duration ({duration_s:g} s)")
+            raise fail(i, f"time {a.at} is beyond the duration ({duration_s:g} s)", "at")
         if a.action in ("pause", "perturb") and t + a.duration_s > duration_s:
-            raise fail(i, f"ends at {t + a.duration_s:g} s, beyond the duration ({duration_s:g} s)")
+            raise fail(i, f"ends at {t + a.duration_s:g} s, beyond the duration ({duration_s:g} s)", "duration")
         if a.action == "crash":
             targets = draw(i, a, alive)
             for n in targets:
                 if n not in alive:
-                    raise fail(i, f"{n} is not running at that time")
+                    raise fail(i, f"{n} is not running at that time", "nodes", a.nodes.index(n) if a.nodes else 0)
             alive = [m for m in alive if m not in targets]
             crashed += targets
             add(t, "crash", i, targets=tuple(targets))
@@ -212,7 +216,7 @@ def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: in
             targets = list(crashed) if a.crashed else draw(i, a, crashed)
             for n in targets:
                 if n not in crashed:
-                    raise fail(i, f"{n} has not crashed before")
+                    raise fail(i, f"{n} has not crashed before", "nodes", a.nodes.index(n) if a.nodes else 0)
             crashed = [m for m in crashed if m not in targets]
             alive += targets
             add(t, "start", i, targets=tuple(targets))
@@ -228,6 +232,9 @@ def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: in
             targets = draw(i, a, alive)
             rng = random.Random(f"{seed}/{i}/sleep")
             steps = int(round(a.duration_s / PERTURB_INTERVAL_S))
+            if steps * len(targets) + len(ops) > MAX_OPS:
+                raise fail(i, f"{len(targets)} members perturbed for {a.duration} would be more than {MAX_OPS} "
+                              "operations", "duration")
             for n in targets:
                 asleep = False
                 for s in range(steps):

@@ -28,7 +28,7 @@ import yaml
 from orchestrator import sweep as sw
 from orchestrator.backends.base import NullProgress, Progress
 from orchestrator.errors import OrchestratorError, SpecError
-from orchestrator.spec import parse_experiment, render_template
+from orchestrator.spec import parse_document, parse_experiment, read_input
 from orchestrator.tune import TuneResult, finite, tune
 from orchestrator.units import parse_time
 
@@ -58,20 +58,8 @@ PointCallback = Callable[[int, int, "float | None", str, str], None]   # done, t
 
 def load_base(path: str | Path, variables: dict[str, Any] | None = None) -> dict:
     """The experiment file as a dict (templating rendered); SpecError if unreadable or not a mapping."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
-    text = render_template(text, str(path), variables)
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: malformed YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{path}: an experiment file is a YAML mapping")
-    parse_experiment(text, str(path), variables)   # the base itself must be a valid experiment
-    return doc
+    # Read, rendered and validated (all of it, the schedule against the plan included) as `run` reads it.
+    return parse_document(read_input(path, "experiment"), str(path), variables)
 
 
 def parse_axis_option(item: str) -> tuple[str, list[Any]]:

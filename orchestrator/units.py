@@ -1,6 +1,7 @@
 """Parsing of the experiment file's quantities ("30kbit", "5ms", "0.1%") into SI numbers. Pure."""
 from __future__ import annotations
 
+import math
 import re
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
@@ -22,6 +23,8 @@ def parse_rate(text: str | int) -> int:
     if not m:
         raise ValueError(f"rate {text!r} is not a positive number with a unit bit|kbit|mbit|gbit (e.g. '30kbit')")
     value = float(m.group(1)) * _RATE_MULT[m.group(2).lower()]
+    if not math.isfinite(value):
+        raise ValueError(f"rate {text!r} is too large")
     if value < 1:
         raise ValueError(f"rate {text!r} must be at least 1 bit/s")
     return int(round(value))
@@ -32,13 +35,18 @@ def parse_time(text: str | int | float) -> float:
     if isinstance(text, bool):
         raise ValueError("time must be a string like '5ms'")
     if isinstance(text, (int, float)):
+        if not math.isfinite(text):
+            raise ValueError(f"time must be a finite number, got {text}")
         if text < 0:
             raise ValueError(f"time must not be negative, got {text}")
         return float(text)
     m = _TIME.match(str(text))
     if not m:
         raise ValueError(f"time {text!r} is not a non-negative number with a unit us|ms|s (e.g. '5ms')")
-    return float(m.group(1)) * _TIME_MULT[m.group(2)]
+    value = float(m.group(1)) * _TIME_MULT[m.group(2)]
+    if not math.isfinite(value):
+        raise ValueError(f"time {text!r} is too large")
+    return value
 
 
 def parse_probability(text: str | int | float) -> float:

@@ -21,11 +21,10 @@ import ipaddress
 import re
 from pathlib import Path, PurePosixPath
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import read_input
+from orchestrator.spec import Source, load_yaml, read_input
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 DNS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -130,78 +129,61 @@ class HostsFile(_Strict):
     hosts: list[HostEntry] = Field(min_length=1)
 
 
-def _line_of(text: str, loc: tuple) -> int | None:
-    """Best effort: the line of `hosts[i]` in the YAML text (for error messages)."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    cur = node
-    for key in loc:
-        if isinstance(cur, yaml.MappingNode):
-            nxt = next((v for k, v in cur.value if k.value == key), None)
-        elif isinstance(cur, yaml.SequenceNode) and isinstance(key, int) and key < len(cur.value):
-            nxt = cur.value[key]
-        else:
-            nxt = None
-        if nxt is None:
-            break
-        cur = nxt
-    return cur.start_mark.line + 1 if cur is not None else None
-
-
 def parse_hosts(text: str, source: str = "<hosts>", base: Path | None = None) -> list[Host]:
-    """Parse and resolve a hosts file's text. Raises SpecError naming the file, line and field."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SpecError(f"{source}:{mark.line + 1 if mark else '?'}: not valid YAML: "
-                        f"{getattr(exc, 'problem', exc)}") from None
+    """Parse and resolve a hosts file's text. Raises SpecError naming the file, line and field (located by the
+    experiment loader's own helper, `orchestrator.spec.Source`; the YAML is parsed once)."""
+    src = Source(source, text)
+    doc = load_yaml(src)
     if not isinstance(doc, dict):
-        raise SpecError(f"{source}: expected a mapping with `hosts:` (and optional `defaults:`)")
+        raise src.plain("expected a mapping with `hosts:` (and optional `defaults:`)")
     try:
         hf = HostsFile.model_validate(doc)
     except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = tuple(e["loc"])
-        line = _line_of(text, loc)
-        path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
-        msg = e["msg"].removeprefix("Value error, ")
-        raise SpecError(f"{source}:{line or '?'}: {path}: {msg}") from None
+        raise src.validation_error(exc) from None
+    except RecursionError:
+        raise src.plain("nested too deeply") from None
     base = base or Path.cwd()
     d = hf.defaults
     out: list[Host] = []
     seen: dict[str, set] = {"name": set(), "address": set(), "member": set()}
+
     for i, h in enumerate(hf.hosts):
-        where = f"{source}:{_line_of(text, ('hosts', i)) or '?'}: hosts[{i}] ({h.name})"
+        def fail(msg: str, *key: str) -> SpecError:
+            # The host's own key when it sets it, else the host entry (a default or a missing value).
+            return src.error(("hosts", i, *key), f"({h.name}) {msg}")
+
         try:
             ssh_host, port = _split_ssh(h.ssh, h.port if h.port is not None else None)
         except ValueError as exc:
-            raise SpecError(f"{where}: {exc}") from None
+            raise fail(str(exc), "ssh") from None
         user = h.user or d.user
         key = h.key or d.key
         if not user:
-            raise SpecError(f"{where}: no `user` (set it on the host or in `defaults`)")
+            raise fail("no `user` (set it on the host or in `defaults`)")
         if not USER_RE.match(user):
-            raise SpecError(f"{where}: user {user!r} is not a valid user name")
+            raise fail(f"user {user!r} is not a valid user name", *(("user",) if h.user else ()))
         if not key:
-            raise SpecError(f"{where}: no `key` (set it on the host or in `defaults`)")
-        key_path = (base / Path(key).expanduser()).resolve()
-        if not key_path.is_file():
-            raise SpecError(f"{where}: key {key} ({key_path}) is not a file")
+            raise fail("no `key` (set it on the host or in `defaults`)")
+        key_where = ("key",) if h.key else ()
+        try:
+            key_path = (base / Path(key).expanduser()).resolve()
+            is_file = key_path.is_file()
+        except (OSError, RuntimeError, ValueError) as exc:     # ~nosuchuser, a NUL, a name too long
+            raise fail(f"key {key!r} cannot be used: {exc}", *key_where) from None
+        if not is_file:
+            raise fail(f"key {key} ({key_path}) is not a file", *key_where)
         try:
             workdir = _safe_abs_path(h.workdir or d.workdir or "/var/lib/gossip-testbed", "workdir")
             python = _safe_abs_path(h.python or d.python or "/usr/bin/python3", "python")
         except ValueError as exc:
-            raise SpecError(f"{where}: {exc}") from None
+            raise fail(str(exc)) from None
         if workdir == "/":
-            raise SpecError(f"{where}: workdir must not be /")
+            raise fail("workdir must not be /")
         for k, v in (("name", h.name), ("address", h.address), ("member", h.member)):
             if v is None:
                 continue
             if v in seen[k]:
-                raise SpecError(f"{where}: {k} {v!r} appears twice")
+                raise fail(f"{k} {v!r} appears twice", k)
             seen[k].add(v)
         out.append(Host(name=h.name, ssh_host=ssh_host, ssh_port=port or d.port or 22, user=user,
                         key=str(key_path), address=h.address, interface=h.interface, workdir=workdir,

@@ -47,7 +47,7 @@ def test_load_base_validates_the_experiment(tmp_path):
     f.write_text(EXP.replace("nodes: 8", "nodes: 1"))
     with pytest.raises(SpecError, match="nodes"):
         sr.load_base(f)
-    with pytest.raises(SpecError, match="cannot read"):
+    with pytest.raises(SpecError, match="no such experiment file"):
         sr.load_base(tmp_path / "missing.yaml")
 
 
