@@ -54,8 +54,8 @@ def node_wheels() -> Path:
 
 
 def build_bundle(dest: Path) -> Path:
-    """dest/bundle.tar.gz: src/gossipnode/*.py, wheels/*.whl + requirements.txt, agent.py (one transfer per
-    host)."""
+    """dest/bundle.tar.gz: src/gossipnode/**/*.py (the package with its protocols/ subpackages), wheels/*.whl +
+    requirements.txt, agent.py (one transfer per host)."""
     wheels = node_wheels()
     dest.mkdir(parents=True, exist_ok=True)
     out = dest / "bundle.tar.gz"
@@ -66,8 +66,8 @@ def build_bundle(dest: Path) -> Path:
         tar.addfile(info, io.BytesIO(data))
 
     with tarfile.open(out, "w:gz") as tar:
-        for f in sorted(NODE_SRC.glob("*.py")):
-            tar.add(f, arcname=f"src/gossipnode/{f.name}")
+        for f in sorted(NODE_SRC.rglob("*.py")):
+            tar.add(f, arcname=f"src/gossipnode/{f.relative_to(NODE_SRC).as_posix()}")
         for f in sorted(wheels.glob("*.whl")):
             tar.add(f, arcname=f"wheels/{f.name}")
         add_bytes(tar, "wheels/requirements.txt", ("\n".join(NODE_REQUIREMENTS) + "\n").encode())

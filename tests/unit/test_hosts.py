@@ -306,3 +306,19 @@ def test_hosts_record_roundtrip(tmp_path, key):
     assert deploy.hosts_of(rec) == hosts
     assert deploy.load_record(tmp_path / "nothing") is None
     assert json.loads((tmp_path / "st" / "hosts.json").read_text())["lab"] == "x"
+
+
+def test_the_bundle_carries_the_whole_node_package(tmp_path, monkeypatch):
+    """Every module of gossipnode, its protocols/ subpackages included, lands in the bundle at its own path (the
+    hosts import the node from it)."""
+    import tarfile
+
+    from orchestrator.hosts import deploy
+
+    monkeypatch.setattr(deploy, "node_wheels", lambda: tmp_path / "wheels")
+    (tmp_path / "wheels").mkdir()
+    with tarfile.open(deploy.build_bundle(tmp_path / "out")) as tar:
+        names = {n for n in tar.getnames() if n.startswith("src/gossipnode/")}
+    expected = {f"src/gossipnode/{p.relative_to(deploy.NODE_SRC).as_posix()}" for p in deploy.NODE_SRC.rglob("*.py")}
+    assert "src/gossipnode/protocols/gsgc/core.py" in expected
+    assert names == expected
