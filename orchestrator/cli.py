@@ -10,10 +10,11 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import lab as labmod
-from orchestrator.clikit import BarProgress, parse_sets as _parse_sets
+from orchestrator.clikit import BackendName, BarProgress, ShaperName, parse_sets as _parse_sets
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.fidelity import PING_IP_BYTES
 from orchestrator.graph import draw_png, to_dot
@@ -22,7 +23,7 @@ from orchestrator.shaping.probe import check_shaper
 from orchestrator.spec import load_experiment
 from orchestrator.state import list_labs, load_state
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Emulation testbed for gossip and reliable-multicast protocols: build a shaped tree "
                        "network, run protocol experiments on it, tear it down.")
 err = Console(stderr=True)
@@ -48,6 +49,10 @@ def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | Non
         if inventory or known_hosts or accept_new:
             raise SpecError("--inventory, --known-hosts and --accept-new-host-keys need --backend hosts")
         return None
+    if inventory is not None:              # the hosts file is input too: all of it checked before anything is built
+        from orchestrator.hosts.hostsfile import load_hosts
+
+        load_hosts(inventory)
     return {"inventory": inventory, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
             "strict": strict}
 
@@ -61,9 +66,9 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on 
 @app.command()
 def up(
     experiment: Path = typer.Argument(..., help="Experiment file (YAML, optionally Jinja2-templated)."),
-    backend: str = typer.Option("mininet", help=BACKEND_HELP),
+    backend: BackendName = typer.Option(BackendName.mininet, help=BACKEND_HELP),
     name: Optional[str] = typer.Option(None, help="Lab name (default: the experiment's name or file stem)."),
-    shaper: str = typer.Option("auto", help=SHAPER_HELP),
+    shaper: ShaperName = typer.Option(ShaperName.auto, help=SHAPER_HELP),
     strict_shaping: bool = typer.Option(False, "--strict-shaping",
                                         help="Refuse to build when the shaper cannot emulate every parameter."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
@@ -72,7 +77,7 @@ def up(
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
 ) -> None:
     """Build the experiment's network and leave it running."""
-    check_shaper(shaper)
+    backend, shaper = backend.value, check_shaper(shaper.value)
     prep = labmod.prepare(experiment, name, _parse_sets(set_))
     t0 = time.monotonic()
     with BarProgress(err) as progress:
@@ -87,32 +92,43 @@ def up(
 @app.command()
 def run(
     experiment: Path = typer.Argument(..., help="Experiment file."),
-    backend: str = typer.Option("mininet", help=BACKEND_HELP),
+    backend: BackendName = typer.Option(BackendName.mininet, help=BACKEND_HELP),
     out_dir: Path = typer.Option(Path("runs"), "--out", help="Parent directory of the run directory."),
     keep: bool = typer.Option(False, "--keep", help="Leave the network up afterwards."),
     seed: Optional[int] = typer.Option(None, help="Override the experiment's seed (schedule draws, senders)."),
     name: Optional[str] = typer.Option(None, help="Lab name for the network this run builds."),
     lab: Optional[str] = typer.Option(None, help="Reuse this running lab (built from the same experiment)."),
-    shaper: str = typer.Option("auto", help=SHAPER_HELP),
+    shaper: ShaperName = typer.Option(ShaperName.auto, help=SHAPER_HELP),
     strict_shaping: bool = typer.Option(False, "--strict-shaping"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
     inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
 ) -> None:
-    """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection."""
-    check_shaper(shaper)
+    """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection.
+
+    Prints the run directory (stdout) as soon as it exists, so it is there also when the run fails or is
+    interrupted."""
+    backend, shaper = backend.value, check_shaper(shaper.value)
     from orchestrator.runner import RunOptions, run as run_experiment
+
+    printed: list[Path] = []
+
+    def show_run_dir(path: Path) -> None:
+        print(path, flush=True)
+        printed.append(path)
 
     opts = RunOptions(backend=backend, out=out_dir, keep=keep, seed=seed, shaper=shaper, strict=strict_shaping,
                       lab=lab, name=name,
                       backend_options=_hosts_options(backend, inventory, known_hosts, accept_new_host_keys,
-                                                     strict_shaping) or {})
+                                                     strict_shaping) or {},
+                      on_run_dir=show_run_dir)
     t0 = time.monotonic()
     with BarProgress(err) as progress:
         run_dir = run_experiment(experiment, opts, progress, _parse_sets(set_))
     err.print(f"run finished in {time.monotonic() - t0:.1f} s")
-    print(run_dir)
+    if not printed:                     # a backend that did not report it early
+        print(run_dir)
 
 
 @app.command()
@@ -136,6 +152,8 @@ def status(
     s = labmod.status(name)
     if json_:
         out.print_json(json.dumps(s))
+        if s["health"]:
+            raise typer.Exit(1)           # an unhealthy lab is a failure for scripts too
         return
     caps = s["capabilities"]
     out.print(f"[bold]{s['lab']}[/] ({s['backend']}, {s['status']}) from {s['experiment']}")
@@ -183,6 +201,8 @@ def status(
                       f"{len(g['senders'])} senders, tree {g['tree_nodes']} nodes / {g['tree_links']} links, "
                       f"routes {g['mfc_installed'] if g['mfc_installed'] is not None else '-'}/{g['mfc_expected']} "
                       f"installed, ttl {g['ttl']}")
+    if s["health"]:
+        raise typer.Exit(1)               # the PROBLEM lines above: the lab is not healthy
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -371,7 +391,8 @@ def main() -> None:
     except OrchestratorError as exc:
         if _debug:
             traceback.print_exc()
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # The message is text, not rich markup: `[/]` or `[msgs/s]` in it must print as they are.
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

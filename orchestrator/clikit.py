@@ -1,10 +1,29 @@
 """Pieces the command modules share: the progress display and `--set` parsing."""
 from __future__ import annotations
 
+from enum import Enum
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
 
 from orchestrator.errors import SpecError
+
+
+class BackendName(str, Enum):
+    """--backend: a choice, so --help lists them and a typo fails when the command line is parsed."""
+
+    mininet = "mininet"
+    docker = "docker"
+    hosts = "hosts"
+
+
+class ShaperName(str, Enum):
+    """--shaper (the names of orchestrator.shaping.probe.SHAPERS)."""
+
+    auto = "auto"
+    netem = "netem"
+    delayline = "delayline"
+    tbf = "tbf"
 
 
 class BarProgress:

@@ -1,13 +1,16 @@
 """Lab lifecycle: experiment file -> plan -> backend.up, and back to nothing. No UI code here (see cli.py)."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
-import signal
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import signals
 from orchestrator.backends.base import Backend, NullProgress, Progress, get_backend
 from orchestrator.errors import LabExists, OrchestratorError, ShapingError, SpecError
 from orchestrator.mcast.realise import status as mcast_status
@@ -27,9 +30,11 @@ class Prepared:
     lab: str
 
 
-def prepare(experiment_path: str | Path, name: str | None = None, variables: dict | None = None) -> Prepared:
-    """Everything that can be checked before anything is created (bad input raises exit-code-2 errors)."""
-    exp = load_experiment(experiment_path, variables)
+def prepare(experiment_path: str | Path, name: str | None = None, variables: dict | None = None,
+            seed: int | None = None) -> Prepared:
+    """Everything that can be checked before anything is created (bad input raises exit-code-2 errors): the
+    whole file, its schedule against the plan included (`seed` overrides the file's)."""
+    exp = load_experiment(experiment_path, variables, seed)
     lab = check_name(name or exp.name or Path(experiment_path).stem.split(".")[0], "lab name")
     plan = build_plan(exp)
     if lab in list_labs():
@@ -70,14 +75,9 @@ def probe(cache: bool = True) -> Capabilities:
 
 @contextmanager
 def _sigterm_as_interrupt():
-    """SIGTERM during a build is handled like Ctrl-C: tear down what was built."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
+    """SIGTERM and SIGHUP during a build are handled like Ctrl-C: tear down what was built."""
+    with signals.interrupts():
         yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", strict: bool = False,
@@ -113,7 +113,8 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
             state.status = "failed"
             state.save()
             try:
-                _teardown(backend, state, NullProgress())
+                with signals.shielded():
+                    _teardown(backend, state, NullProgress())
             except OrchestratorError as exc:   # keep the build's own error; the state stays for a retry
                 progress.note(f"WARNING: tearing down after the failed build failed too: {exc}")
             raise
@@ -123,7 +124,45 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
 CTL_ROOT = "/tmp"
 
 
+def process_start(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid it tells a live
+    process from a new one that reuses the pid. None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+RUNNING = ("starting", "running")       # manifest states of a run that has not ended
+
+
+def mark_orphaned_run(state: LabState) -> str | None:
+    """If the run recorded in the lab state (`orchestrator run`) died without finishing its manifest (the
+    orchestrator was SIGKILLed, or the machine lost power), mark it `interrupted: orchestrator gone`, so no run
+    directory claims to be running when nothing is. Returns the run directory it marked."""
+    run = state.run or {}
+    if not run.get("dir"):
+        return None
+    pid = run.get("pid")
+    if pid and process_start(pid) is not None and process_start(pid) == run.get("pid_start"):
+        return None                     # the run is alive: it writes its own manifest
+    f = Path(run["dir"]) / "manifest.json"
+    try:
+        manifest = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    if manifest.get("status") not in RUNNING:
+        return None
+    manifest.update(status="interrupted: orchestrator gone", ended_at=time.time())
+    tmp = f.with_name("manifest.json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, default=str))
+    os.replace(tmp, f)
+    return run["dir"]
+
+
 def _teardown(backend: Backend, state: LabState, progress: Progress) -> None:
+    mark_orphaned_run(state)
     backend.teardown(state, progress)
     # The nodes' control-socket directories of runs on this lab (`orchestrator run`), left by a killed run.
     for d in Path(CTL_ROOT).glob(f"orch-ctl-{state.lab}-*"):

@@ -11,6 +11,7 @@ The nodes' configuration files come from `orchestrator.nodeconfig` (pure); the
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
@@ -20,9 +21,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from orchestrator import fidelity as fid
 from orchestrator import lab as labmod
+from orchestrator import signals
 from orchestrator.backends.base import Backend, NullProgress, Progress, get_backend
 from orchestrator.errors import DelayLineDied, OrchestratorError, SpecError
 from orchestrator.nodeconfig import node_configs
@@ -57,6 +60,7 @@ class RunOptions:
     lab: str | None = None          # reuse this running lab instead of building one
     name: str | None = None
     backend_options: dict = field(default_factory=dict)   # hosts: inventory, known_hosts, accept_new_host_keys
+    on_run_dir: Callable[[Path], None] | None = None      # told the run directory as soon as it exists
     probe_paths: int = 2
     probe_links: int = 3
 
@@ -305,33 +309,60 @@ def _versions() -> dict:
     return out
 
 
+def check_out_dir(out: Path) -> None:
+    """`--out` must be (or be creatable inside) a writable directory: checked before anything is built."""
+    out = Path(out)
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        if probe.is_symlink():
+            raise SpecError(f"--out {out}: {probe} is a dangling symbolic link")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SpecError(f"--out {out}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise SpecError(f"--out {out}: {probe} is not writable")
+
+
 def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None = None,
         variables: dict | None = None) -> Path:
+    """Ctrl-C, SIGTERM and SIGHUP all stop the run the same way (orchestrator.signals): stop, collect, manifest
+    `interrupted (<signal>)`, teardown."""
     progress = progress or NullProgress()
-    if opts.backend == "hosts":            # real hosts: Ansible + paramiko (orchestrator/hosts/run.py)
-        from orchestrator.hosts.run import run_hosts
+    check_out_dir(opts.out)
+    with signals.interrupts():
+        if opts.backend == "hosts":            # real hosts: Ansible + paramiko (orchestrator/hosts/run.py)
+            from orchestrator.hosts.run import run_hosts
 
-        return run_hosts(experiment_path, opts, progress, variables)
-    # 1. Everything that can be checked is checked before the network is built.
+            return run_hosts(experiment_path, opts, progress, variables)
+        return _run(experiment_path, opts, progress, variables)
+
+
+def _note(progress: Progress, message: str) -> None:
+    """A progress note during cleanup: a terminal that hung up (SIGHUP) must not stop the cleanup."""
+    try:
+        progress.note(message)
+    except (OSError, ValueError):
+        pass
+
+
+def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, variables: dict | None) -> Path:
+    # 1. Everything that can be checked is checked before the network is built: the whole experiment file,
+    #    its schedule against the plan with the seed of this run included (orchestrator.spec).
     if opts.lab:
         from orchestrator.spec import load_experiment
         from orchestrator.state import load_state
 
-        exp = load_experiment(experiment_path, variables)
+        exp = load_experiment(experiment_path, variables, opts.seed)
         state = load_state(opts.lab)
         plan = state.load_plan()
         lab_name, built = opts.lab, False
-        if opts.seed is not None:
-            exp = exp.model_copy(update={"seed": opts.seed})
         from orchestrator.plan import build_plan
 
         if build_plan(exp).digest() != state.plan_digest:
             raise SpecError(f"lab {opts.lab!r} was built from a different plan than {experiment_path}")
     else:
-        prep = labmod.prepare(experiment_path, opts.name, variables)
+        prep = labmod.prepare(experiment_path, opts.name, variables, opts.seed)
         exp, plan, lab_name, built = prep.experiment, prep.plan, prep.lab, True
-        if opts.seed is not None:
-            exp = exp.model_copy(update={"seed": opts.seed})
     timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
     run_id = f"{lab_name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     run_dir = (opts.out / run_id).resolve()
@@ -341,9 +372,14 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
         raise OrchestratorError("tcpdump is not installed (run `make setup`)")
 
     # 2. The run directory, then the network.
-    for sub in ("configs", "events", "logs", "pcaps", "tc"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    try:
+        for sub in ("configs", "events", "logs", "pcaps", "tc"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"--out {opts.out}: cannot create the run directory: {exc.strerror}") from None
     ctl_dir.mkdir(parents=True, exist_ok=True)
+    if opts.on_run_dir is not None:
+        opts.on_run_dir(run_dir)
     (run_dir / "plan.json").write_text(plan.to_json())
     for name, cfg in configs.items():
         cfg["wait_for_start"] = name not in timeline.joiners     # joiners run the protocol as soon as they start
@@ -355,22 +391,36 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
     }
 
     def write_manifest() -> None:
-        (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+        tmp = run_dir / "manifest.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=1, default=str))
+        os.replace(tmp, run_dir / "manifest.json")
 
     write_manifest()
     if built:
-        state = labmod.up(prep, opts.backend, opts.shaper, opts.strict, str(experiment_path), progress)
+        try:
+            state = labmod.up(prep, opts.backend, opts.shaper, opts.strict, str(experiment_path), progress)
+        except BaseException as exc:      # lab.up removed what it built; the manifest must not say "starting"
+            with signals.shielded():
+                manifest.update(status=(f"interrupted ({signals.describe(exc)})" if isinstance(exc, KeyboardInterrupt)
+                                        else f"failed: {exc}"), ended_at=time.time())
+                write_manifest()
+                shutil.rmtree(ctl_dir, ignore_errors=True)
+            raise
+    # The lab knows the run using it, so `teardown` after a killed orchestrator can finish the manifest.
+    state.run = {"dir": str(run_dir), "pid": os.getpid(), "pid_start": labmod.process_start(os.getpid())}
+    state.save()
     backend = get_backend(state.backend)
     manifest.update(shaper=state.shaper, capabilities=state.capabilities, shaping_warnings=state.warnings)
     if state.backend_data.get("image"):
         manifest["versions"]["node_image"] = f"{state.backend_data['image']} {state.backend_data.get('image_id', '')}"
-    # The backend may run the node elsewhere (a container): its paths, as the node will see them.
-    configs = {name: backend.node_config(state, name, cfg) for name, cfg in configs.items()}
-    for name, cfg in configs.items():
-        (run_dir / "configs" / f"{name}.json").write_text(json.dumps(cfg, indent=1))
     runner = Runner(exp, plan, timeline, state, backend, run_dir, ctl_dir, configs, progress)
-    runner.log(f"run {run_id}: lab {lab_name} ({'built' if built else 'reused'}), shaper {state.shaper}")
     try:
+        # The backend may run the node elsewhere (a container): its paths, as the node will see them.
+        configs = {name: backend.node_config(state, name, cfg) for name, cfg in configs.items()}
+        runner.configs = configs
+        for name, cfg in configs.items():
+            (run_dir / "configs" / f"{name}.json").write_text(json.dumps(cfg, indent=1))
+        runner.log(f"run {run_id}: lab {lab_name} ({'built' if built else 'reused'}), shaper {state.shaper}")
         # 3. Fidelity probe, captures, nodes, schedule.
         progress.note("fidelity probe ...")
         fsum = fid.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),
@@ -396,8 +446,8 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
         write_manifest()
         runner.record({"event": "run_started", "members": first, "duration_s": exp.duration_s})
         runner.execute(t0, exp.duration_s)
-    except KeyboardInterrupt:
-        runner.stopped_reason = "interrupted (Ctrl-C)"
+    except KeyboardInterrupt as exc:      # Ctrl-C, SIGTERM, SIGHUP (orchestrator.signals)
+        runner.stopped_reason = f"interrupted ({signals.describe(exc)})"
         raise
     except DelayLineDied as exc:
         runner.stopped_reason = f"shaper failed: {exc}"
@@ -406,31 +456,40 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
         runner.stopped_reason = f"failed: {exc}"
         raise
     finally:
-        # 4. Stop cleanly, collect what there is, tear down. Runs on success, error and Ctrl-C alike.
-        progress.note(f"stopping ({runner.stopped_reason}) and collecting ...")
-        runner.stop_nodes()
-        for name in runner.configs:
+        # 4. Stop cleanly, collect what there is, tear down. Runs on success, error and every interruption
+        #    alike; further signals during it are recorded, not raised (it must finish).
+        with signals.shielded() as late:
+            _note(progress, f"stopping ({runner.stopped_reason}) and collecting ...")
+            runner.log(f"stopping: {runner.stopped_reason}")
+            runner.stop_nodes()
+            for name in runner.configs:
+                try:
+                    backend.collect_node_files(state, name, run_dir)
+                except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
+                    runner.log(f"collecting {name}'s files failed: {exc}")
+            runner.stop_captures()
             try:
-                backend.collect_node_files(state, name, run_dir)
+                runner.collect_tc()
             except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
-                runner.log(f"collecting {name}'s files failed: {exc}")
-        runner.stop_captures()
-        try:
-            runner.collect_tc()
-        except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
-            runner.log(f"tc stats collection failed: {exc}")
-        runner.record({"event": "run_stopped", "reason": runner.stopped_reason})
-        lags = sorted(a["lag_ms"] for a in runner.applied)
-        manifest.update(
-            status=runner.stopped_reason, ended_at=time.time(),
-            schedule={"actions": len(timeline.actions), "applied_ops": len(runner.applied),
-                      "lag_ms_median": lags[len(lags) // 2] if lags else None, "lag_ms_max": lags[-1] if lags else None},
-            captures=[{"node": c.node, "ifname": c.ifname, "file": str(c.file.relative_to(run_dir)),
-                       "captured": c.captured, "dropped_by_kernel": c.dropped} for c in runner.captures],
-        )
-        write_manifest()
-        shutil.rmtree(ctl_dir, ignore_errors=True)
-        if built and not opts.keep:
-            progress.note("tearing down ...")
-            labmod.teardown(lab_name)
+                runner.log(f"tc stats collection failed: {exc}")
+            runner.record({"event": "run_stopped", "reason": runner.stopped_reason})
+            lags = sorted(a["lag_ms"] for a in runner.applied)
+            manifest.update(
+                status=runner.stopped_reason, ended_at=time.time(),
+                schedule={"actions": len(timeline.actions), "applied_ops": len(runner.applied),
+                          "lag_ms_median": lags[len(lags) // 2] if lags else None,
+                          "lag_ms_max": lags[-1] if lags else None},
+                captures=[{"node": c.node, "ifname": c.ifname, "file": str(c.file.relative_to(run_dir)),
+                           "captured": c.captured, "dropped_by_kernel": c.dropped} for c in runner.captures],
+            )
+            write_manifest()
+            shutil.rmtree(ctl_dir, ignore_errors=True)
+            if built and not opts.keep:
+                _note(progress, "tearing down ...")
+                labmod.teardown(lab_name)
+            else:
+                state.run = None
+                state.save()
+            if late:
+                runner.log(f"signals during the cleanup (ignored until it finished): {late}")
     return run_dir

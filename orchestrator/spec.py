@@ -414,16 +414,20 @@ def read_input(path: str | Path, what: str) -> str:
         raise SpecError(one_line(f"{name}: no such {what} file")) from None
     except (OSError, ValueError) as exc:        # ValueError: a NUL in the name
         raise SpecError(one_line(f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}")) from None
-    with os.fdopen(fd, "rb") as f:
+    too_big = SpecError(one_line(f"{name}: larger than {MAX_INPUT_BYTES // 1024} KiB: not an {what} file"))
+    try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise SpecError(one_line(f"{name}: is a directory, not an {what} file"))
         if not stat.S_ISREG(st.st_mode):
             raise SpecError(one_line(f"{name}: not a regular file (a device, FIFO or socket): give the {what} "
                                      "file itself"))
-        too_big = SpecError(one_line(f"{name}: larger than {MAX_INPUT_BYTES // 1024} KiB: not an {what} file"))
         if st.st_size > MAX_INPUT_BYTES:
             raise too_big
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
         try:
             data = f.read(MAX_INPUT_BYTES + 1)     # /proc files say size 0: the cap holds for them too
         except OSError as exc:

@@ -35,6 +35,7 @@ class LabState:
     warnings: list[str] = field(default_factory=list)
     link_overrides: dict = field(default_factory=dict)    # live changes: "<link>/<dir>" -> DirParams json | "cut"
     backend_data: dict = field(default_factory=dict)      # what else a backend created (e.g. Docker containers)
+    run: dict | None = None             # the `orchestrator run` using the lab: {"dir", "pid", "pid_start"}
 
     @property
     def dir(self) -> Path:

@@ -4,6 +4,8 @@ These run `orchestrator up` (and `run`) as a subprocess. Every input here is rej
 they need no root; the check that nothing was created looks at the state directory and /run/netns."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from orchestrator.backends.netns import NETNS_DIR
@@ -80,3 +82,167 @@ def test_bad_tune_options_are_exit_2_before_any_run(tmp_path, args, words):
     for w in words:
         assert w in r.stderr, r.stderr
     assert not (tmp_path / "tn").exists()
+
+
+# --- issue 22: every command validates all of its input before building anything ------------------------------
+
+SCHEDULE_BASE = ("name: lab1\ntopology: {kind: tree, nodes: 9, degree: 4}\n"
+                 "protocol: {gsgc: {subgroup: 2, step: 1s}}\nduration: 30s\nschedule:\n")
+
+
+def _one_error_line(r) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+def _nothing_built(state_dir) -> None:
+    assert not state_dir.exists() or not any(state_dir.iterdir())
+    assert not [n for n in _netns() if n.startswith("lab1-")]
+
+
+def _cleanup_if_built(r, state_dir) -> None:
+    """Before the fix `up` built these labs: take them down again, so a failing test leaves nothing behind."""
+    if r.returncode == 0 or (state_dir.exists() and any(state_dir.iterdir())):
+        cli("teardown", "--all", env_extra={"ORCHESTRATOR_STATE_DIR": str(state_dir)})
+
+
+@pytest.mark.parametrize("entry,words", [
+    ("{at: 5s, action: crash, fraction: 1.5}", ["bad.yaml:6: schedule[0].fraction:", "less than or equal to 1"]),
+    ("{at: -5s, action: crash, count: 1}", ["bad.yaml:6: schedule[0].at:", "-5s"]),
+    ("{at: 5s, action: explode, count: 1}", ["bad.yaml:6: schedule[0].action:", "unknown action 'explode'"]),
+    ("{at: 5s, action: crash, nodes: [h99]}", ["bad.yaml:6: schedule[0].nodes[0]:", "unknown node 'h99'"]),
+    ("{at: 5s, action: crash, nodes: [h1, hé]}", ["bad.yaml:6: schedule[0].nodes[1]:", "unknown node 'hé'"]),
+    ("{at: 20s, action: perturb, count: 1, p: 0.1, duration: 20s}",
+     ["bad.yaml:6: schedule[0].duration:", "beyond the duration"]),
+])
+def test_up_rejects_a_schedule_run_would_reject(tmp_path, state_dir, entry, words):
+    """Item 1: `up` validates the schedule against the plan (it used to build the lab)."""
+    f = tmp_path / "bad.yaml"
+    f.write_text(SCHEDULE_BASE + f"  - {entry}\n")
+    r = cli("up", str(f), timeout=120, env_extra={"ORCHESTRATOR_STATE_DIR": str(state_dir)})
+    try:
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        line = _one_error_line(r)
+        for w in words:
+            assert w in line, line
+        _nothing_built(state_dir)
+        assert r.stdout == ""
+    finally:
+        _cleanup_if_built(r, state_dir)
+
+
+def test_run_schedule_error_names_file_and_line(tmp_path, state_dir):
+    """Item 2: schedule errors look like every other field's: `file:line: schedule[0].fraction: ...`."""
+    f = tmp_path / "bad.yaml"
+    f.write_text(SCHEDULE_BASE + "  - at: 5s\n    action: crash\n    fraction: 1.5\n")
+    r = cli("run", str(f), "--out", str(tmp_path / "runs"), timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert _one_error_line(r).startswith(f"error: {f}:8: schedule[0].fraction: "), r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_duplicate_keys_are_an_error_naming_both_lines(tmp_path, state_dir):
+    """Item 3: `duration: 80s` ... `duration: 10s` is refused, not silently the last one (experiment and hosts)."""
+    f = tmp_path / "dup.yaml"
+    f.write_text("name: lab1\nduration: 80s\ntopology: {kind: tree, nodes: 9, degree: 4}\nduration: 10s\n")
+    r = cli("up", str(f), timeout=120)
+    try:
+        assert r.returncode == 2, r.stderr
+        line = _one_error_line(r)
+        assert f"dup.yaml:4: duration: duplicate key (first on line 2)" in line, line
+        _nothing_built(state_dir)
+    finally:
+        _cleanup_if_built(r, state_dir)
+    key = tmp_path / "id"
+    key.write_text("x\n")
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(f"defaults: {{user: root, key: {key}}}\nhosts:\n  - name: a\n    ssh: 192.0.2.1\n"
+                     "    address: 10.1.0.1\n    ssh: 192.0.2.2\n")
+    r = cli("up", str(_ok_experiment(tmp_path)), "--backend", "hosts", "--inventory", str(hosts), timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "hosts.yml:6: hosts[0].ssh: duplicate key (first on line 4)" in _one_error_line(r), r.stderr
+    _nothing_built(state_dir)
+
+
+def _ok_experiment(tmp_path):
+    f = tmp_path / "ok.yaml"
+    f.write_text("name: lab1\n" + GOOD_TOPOLOGY)
+    return f
+
+
+def test_binary_file_is_exit_2_one_line(tmp_path, state_dir):
+    """Item 4: 10 kB of binary (not UTF-8) used to end in a UnicodeDecodeError traceback and exit 1."""
+    f = tmp_path / "bin.yaml"
+    f.write_bytes(bytes(range(256)) * 40)
+    for command in ("up", "run", "graph"):
+        r = cli(command, str(f), timeout=120)
+        assert r.returncode == 2, (command, r.stderr)
+        assert "not UTF-8" in _one_error_line(r)
+    _nothing_built(state_dir)
+
+
+def test_devices_and_fifos_are_refused_before_reading(tmp_path, state_dir):
+    """Item 5: `up /dev/zero` read forever, a FIFO blocked forever; a huge file is refused by its size."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (2 << 20) + "\n")
+    for path, words in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                        (str(tmp_path), "is a directory"), (str(big), "larger than")):
+        r = cli("up", path, timeout=60)         # a hang is a TimeoutExpired here
+        assert r.returncode == 2, (path, r.stderr)
+        assert words in _one_error_line(r), r.stderr
+    _nothing_built(state_dir)
+
+
+@pytest.mark.parametrize("out", ["/proc/version", "/proc/version/sub", "/proc/sys"])
+def test_run_out_must_be_a_writable_directory(tmp_path, state_dir, out):
+    """Item 6: `--out /proc/version` built the network, then died with NotADirectoryError: exit 2 first."""
+    r = cli("run", str(_ok_experiment(tmp_path)), "--out", out, timeout=120)
+    try:
+        assert r.returncode == 2, r.stderr
+        assert _one_error_line(r).startswith(f"error: --out {out}: "), r.stderr
+        _nothing_built(state_dir)
+    finally:
+        _cleanup_if_built(r, state_dir)
+
+
+# --- issue 16: rough edges of the command line ------------------------------------------------------------------
+
+def test_error_messages_are_not_rich_markup(tmp_path, state_dir):
+    """A message with `[/]` raised MarkupError inside the error handler; `[msgs/s]`-like text vanished."""
+    r = cli("up", str(tmp_path / "x[/]y.yaml"))
+    assert r.returncode == 2 and "x[/]y.yaml: no such experiment file" in _one_error_line(r), r.stderr
+    r = cli("up", str(tmp_path / "[bold]rate.yaml"))
+    assert r.returncode == 2 and "[bold]rate.yaml: no such experiment file" in _one_error_line(r), r.stderr
+
+
+def test_backend_and_shaper_are_choices_and_completion_is_on(tmp_path, state_dir):
+    r = cli("up", "--help", env_extra={"COLUMNS": "200"})
+    flat = "".join(ch for ch in r.stdout if ch not in " \n│")        # rich wraps and boxes the help
+    assert "<mininet|docker|hosts>" in flat and "<auto|netem|delayline|tbf>" in flat, r.stdout
+    r = cli("up", str(tmp_path / "never-read.yaml"), "--backend", "dockr")
+    assert r.returncode == 2 and "dockr" in r.stderr and "mininet" in r.stderr, r.stderr
+    assert "no such experiment file" not in r.stderr        # refused while parsing the command line
+    r = cli("run", str(tmp_path / "never-read.yaml"), "--shaper", "netm")
+    assert r.returncode == 2 and "netm" in r.stderr and "no such experiment file" not in r.stderr, r.stderr
+    assert "--install-completion" in cli("--help").stdout
+
+
+def test_status_of_an_unhealthy_lab_exits_non_zero(tmp_path, state_dir):
+    """`status NAME` listed PROBLEM lines and exited 0."""
+    from orchestrator.plan import build_plan
+    from orchestrator.spec import parse_experiment
+    from orchestrator.state import LabState
+
+    plan = build_plan(parse_experiment(GOOD_TOPOLOGY))
+    st = LabState(lab="ghostlab", backend="mininet", shaper="tbf", status="up",
+                  namespaces=["ghostlab-h0", "ghostlab-h1"])
+    st.save_plan(plan)
+    st.save()
+    env = {"ORCHESTRATOR_STATE_DIR": str(state_dir)}
+    r = cli("status", "ghostlab", env_extra=env)
+    assert r.returncode == 1 and "PROBLEM" in r.stdout and "namespaces are missing" in r.stdout, (r.stdout, r.stderr)
+    r = cli("status", "ghostlab", "--json", env_extra=env)
+    assert r.returncode == 1 and "namespaces are missing" in r.stdout
