@@ -19,7 +19,62 @@ SAMPLES = [
     Message(MsgType.SC_GOSSIP, 2, 11, 1, Gossip((8,), (6,), 0b101, 3)),
     Message(MsgType.STABLE, 0, 12, 7, Stable((9, 9, 10))),
     Message(MsgType.LIVE, 6, 13, 7, Live(bytes([0, 3, 255, 1]))),
+    Message(MsgType.GOSSIP_M, 1, 14, 7, Gossip((4, 5, wire.MAX_SEQ), None, 0b1011_0001_1, 9)),
+    Message(MsgType.SC_GOSSIP_M, 2, 15, 1, Gossip((8,), None, 0b101, 3)),
+    Message(MsgType.LOCAL_STABLE, 3, 16, 4, Stable((9, 9, 10))),
 ]
+
+
+def test_every_type_has_a_sample_and_a_layout():
+    assert {m.type for m in SAMPLES} == set(MsgType)
+    assert {lay.type for lay in wire.CODEC.layouts} == set(MsgType)
+
+
+def paper_gossip_size(n: int, m: int) -> int:
+    """§4.1: a 32-byte header, M (m x 4 bytes), W (n bits) and the 4-byte round; 236 + n/8 for m = 50, the n/8
+    rounded up ("with some padding": 243 to 299 bytes for n = 50..500)."""
+    return 32 + 4 * m + -(-n // 8) + 4
+
+
+HEADER_DIFFERENCE = 15  # the paper's 32-byte header + 4-byte round against our 9 + 4 + 4 bytes of headers + m, nbits
+
+
+@pytest.mark.parametrize("n", [50, 100, 200, 300, 400, 500, 1000])
+@pytest.mark.parametrize("m", [1, 25, 50])
+def test_gossip_without_s_is_the_papers_size_less_the_header_difference(n, m):
+    gossip = wire.encode(Message(MsgType.GOSSIP_M, 1, 1, 1, Gossip((7,) * m, None, (1 << n) - 1, n)))
+    assert len(gossip) == paper_gossip_size(n, m) - HEADER_DIFFERENCE
+    with_s = wire.encode(Message(MsgType.GOSSIP, 1, 1, 1, Gossip((7,) * m, (5,) * m, (1 << n) - 1, n)))
+    assert len(with_s) == len(gossip) + 4 * m  # S: 4 more bytes per sender
+    if m == 50:
+        assert paper_gossip_size(n, m) == 236 + -(-n // 8)
+    assert paper_gossip_size(200, 50) == 261 and paper_gossip_size(50, 50) == 243 and paper_gossip_size(500, 50) == 299
+
+
+def test_sc_gossip_and_stable_sizes():
+    sc = wire.encode(Message(MsgType.SC_GOSSIP_M, 1, 1, 1, Gossip((7,) * 50, None, 0b11, 2)))
+    assert len(sc) == paper_gossip_size(2, 50) - HEADER_DIFFERENCE == 222  # W: one bit per local group
+    for t in (MsgType.STABLE, MsgType.LOCAL_STABLE):  # S (or a local array) alone: 2 bytes of count, no nbits
+        assert len(wire.encode(Message(t, 1, 1, 1, Stable((7,) * 50)))) == 32 + 4 * 50 + 4 - 17 == 219
+
+
+@pytest.mark.parametrize(("mtype", "body"), [
+    (MsgType.GOSSIP, Gossip((1,), None, 1, 1)),
+    (MsgType.SC_GOSSIP, Gossip((1,), None, 1, 1)),
+    (MsgType.GOSSIP_M, Gossip((1,), (1,), 1, 1)),
+    (MsgType.SC_GOSSIP_M, Gossip((1,), (1,), 1, 1)),
+])
+def test_the_type_says_whether_s_is_there(mtype, body):
+    with pytest.raises(ValueError):
+        wire.encode(Message(mtype, 0, 1, 0, body))
+
+
+def test_gossip_with_and_without_s_never_decode_as_each_other():
+    m_only = wire.encode(Message(MsgType.GOSSIP_M, 1, 1, 1, Gossip((7, 8), None, 1, 8)))
+    as_gossip = bytearray(m_only)
+    as_gossip[4] = MsgType.GOSSIP
+    with pytest.raises(DecodeError, match="GOSSIP with m=2, nbits=8: body must be 21 bytes"):
+        wire.decode(bytes(as_gossip))
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.type.name)

@@ -12,8 +12,17 @@ Bodies (network byte order; counts come first and are checked against the body l
     NAK            origin u16, count u16, count x (first u32, last u32): inclusive ranges of missing seqs
     GOSSIP,        m u16, nbits u16, M: m x u32, S: m x u32, W: ceil(nbits / 8) bytes
     SC_GOSSIP      (W bit i is byte i // 8, bit i % 8 counted from the least significant; unused bits are 0)
+    GOSSIP_M,      m u16, nbits u16, M: m x u32, W: ceil(nbits / 8) bytes -- the same without S
+    SC_GOSSIP_M    (`piggyback_s: false`: S travels only in STABLE, as in the paper's optimised scheme)
     STABLE         m u16, S: m x u32
     LIVE           n u16, L: n x u8
+    LOCAL_STABLE   m u16, A: m x u32 -- a local group's stability array (§5), from the member that constructed
+                   it (round: the local round) to its group's stability controllers
+
+Sizes: GOSSIP 21 + 8m + ceil(nbits/8); GOSSIP_M 21 + 4m + ceil(nbits/8), which is the paper's gossip
+(§4.1: 32-byte header + 4m + n/8 + 4-byte round = 236 + n/8 for m = 50, n/8 rounded up) minus 15 bytes: our
+9-byte envelope, 4-byte packet counter and the 2 + 2 bytes of counts (17 + 4 with the round) against its 32-byte
+header (+ its round); STABLE and LOCAL_STABLE 19 + 4m.
 
 M, S are indexed by sender position (the config's `senders` order); MAX_SEQ in M means "no information".
 A packet is 17 bytes of headers (envelope 9 + seq/round 8) plus its body.
@@ -45,6 +54,14 @@ class MsgType(IntEnum):
     SC_GOSSIP = 5
     STABLE = 6
     LIVE = 7
+    GOSSIP_M = 8  # GOSSIP without S
+    SC_GOSSIP_M = 9  # SC_GOSSIP without S
+    LOCAL_STABLE = 10
+
+
+GOSSIP_TYPES = (MsgType.GOSSIP, MsgType.GOSSIP_M)  # the main level's gossip (global, or in a local group)
+SC_GOSSIP_TYPES = (MsgType.SC_GOSSIP, MsgType.SC_GOSSIP_M)  # among stability controllers
+WITHOUT_S = (MsgType.GOSSIP_M, MsgType.SC_GOSSIP_M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +78,12 @@ class Nak:
 
 @dataclass(frozen=True, slots=True)
 class Gossip:
-    """Figure 2's gossip (M, W, S); the round travels in the header."""
+    """Figure 2's gossip (M, W, S); the round travels in the header. `stability` is None in GOSSIP_M and
+    SC_GOSSIP_M (no piggybacked S) and a tuple in GOSSIP and SC_GOSSIP: the message type decides, never the
+    value."""
 
     min_so_far: tuple[int, ...]
-    stability: tuple[int, ...]
+    stability: tuple[int, ...] | None
     heard: int  # W as a bitmask: bit i set = heard from member (or group) i
     nbits: int
 
@@ -89,6 +108,9 @@ BODY_OF = {
     MsgType.SC_GOSSIP: Gossip,
     MsgType.STABLE: Stable,
     MsgType.LIVE: Live,
+    MsgType.GOSSIP_M: Gossip,
+    MsgType.SC_GOSSIP_M: Gossip,
+    MsgType.LOCAL_STABLE: Stable,
 }
 
 
@@ -124,13 +146,19 @@ def _encode_body(msg: Message) -> bytes:
         return _U16.pack(body.origin) + body.payload
     if isinstance(body, Gossip):
         m = len(body.min_so_far)
-        if len(body.stability) != m:
-            raise ValueError(f"M has {m} entries but S has {len(body.stability)}")
+        if msg.type in WITHOUT_S:
+            if body.stability is not None:
+                raise ValueError(f"{msg.type.name} carries no S (stability must be None)")
+            arrays = body.min_so_far
+        elif body.stability is None or len(body.stability) != m:
+            raise ValueError(f"{msg.type.name}: M has {m} entries but S is {body.stability!r}")
+        else:
+            arrays = (*body.min_so_far, *body.stability)
         if body.nbits < 1 or body.heard >> body.nbits:
             raise ValueError(f"W {body.heard:#x} does not fit in nbits={body.nbits}")
         return (
             _U16x2.pack(m, body.nbits)
-            + _u32s(2 * m).pack(*body.min_so_far, *body.stability)
+            + _u32s(len(arrays)).pack(*arrays)
             + body.heard.to_bytes(_bitmap_len(body.nbits), "little")
         )
     if isinstance(body, Live):
@@ -138,6 +166,9 @@ def _encode_body(msg: Message) -> bytes:
     if isinstance(body, Stable):
         return _U16.pack(len(body.stability)) + _u32s(len(body.stability)).pack(*body.stability)
     return _U16x2.pack(body.origin, len(body.ranges)) + b"".join(_RANGE.pack(a, b) for a, b in body.ranges)
+
+
+_GOSSIP_KINDS = (*GOSSIP_TYPES, *SC_GOSSIP_TYPES)
 
 
 def _need(body: memoryview, size: int, what: str) -> None:
@@ -150,26 +181,27 @@ def _decode_body(kind: MsgType, body: memoryview) -> Body:
         if len(body) < 2:
             raise DecodeError(f"{kind.name}: body of {len(body)} bytes has no origin field")
         return Data(_U16.unpack_from(body)[0], bytes(body[2:]))
-    if kind in (MsgType.GOSSIP, MsgType.SC_GOSSIP):
+    if kind in _GOSSIP_KINDS:
         if len(body) < 4:
             raise DecodeError(f"{kind.name}: body of {len(body)} bytes has no m/nbits fields")
         m, nbits = _U16x2.unpack_from(body)
         if nbits == 0:
             raise DecodeError(f"{kind.name}: W has nbits=0")
-        _need(body, 4 + 8 * m + _bitmap_len(nbits), f"{kind.name} with m={m}, nbits={nbits}")
-        arrays = _u32s(2 * m).unpack_from(body, 4)
-        heard = int.from_bytes(body[4 + 8 * m :], "little")
+        words = m if kind in WITHOUT_S else 2 * m
+        _need(body, 4 + 4 * words + _bitmap_len(nbits), f"{kind.name} with m={m}, nbits={nbits}")
+        arrays = _u32s(words).unpack_from(body, 4)
+        heard = int.from_bytes(body[4 + 4 * words :], "little")
         if heard >> nbits:
             raise DecodeError(f"{kind.name}: W has bits set beyond nbits={nbits}")
-        return Gossip(arrays[:m], arrays[m:], heard, nbits)
+        return Gossip(arrays[:m], arrays[m:] if words > m else None, heard, nbits)
     if len(body) < 2:
         raise DecodeError(f"{kind.name}: body of {len(body)} bytes has no count field")
     count = _U16.unpack_from(body)[0]
     if kind is MsgType.LIVE:
         _need(body, 2 + count, f"LIVE with n={count}")
         return Live(bytes(body[2:]))
-    if kind is MsgType.STABLE:
-        _need(body, 2 + 4 * count, f"STABLE with m={count}")
+    if kind in (MsgType.STABLE, MsgType.LOCAL_STABLE):
+        _need(body, 2 + 4 * count, f"{kind.name} with m={count}")
         return Stable(_u32s(count).unpack_from(body, 2))
     if len(body) < 4:
         raise DecodeError(f"NAK: body of {len(body)} bytes has no range count")
@@ -237,6 +269,7 @@ def _header_columns(_mtype: int, rest: memoryview) -> dict[str, int | None]:
 
 _GOSSIP = (F("m", "u16", doc="senders"), F("nbits", "u16", doc="bits of W"), F("M", "u32", "m", "min so far"),
            F("S", "u32", "m", "stability"), F("W", "bytes", "bits:nbits", "heard-from bitmap"))
+_GOSSIP_M = (_GOSSIP[0], _GOSSIP[1], _GOSSIP[2], _GOSSIP[4])
 _DATA = (F("origin", "u16"), F("payload", "bytes", "rest"))
 CODEC = wire.register(wire.Codec(
     id=PROTOCOL_ID, name="gsgc", types=MsgType,
@@ -249,6 +282,10 @@ CODEC = wire.register(wire.Codec(
         Layout(MsgType.SC_GOSSIP, "SC_GOSSIP", _GOSSIP, "§5's gossip among stability controllers"),
         Layout(MsgType.STABLE, "STABLE", (F("m", "u16"), F("S", "u32", "m"))),
         Layout(MsgType.LIVE, "LIVE", (F("n", "u16"), F("L", "u8", "n", "Figure 3's live array"))),
+        Layout(MsgType.GOSSIP_M, "GOSSIP_M", _GOSSIP_M, "Figure 2's gossip without the piggybacked S"),
+        Layout(MsgType.SC_GOSSIP_M, "SC_GOSSIP_M", _GOSSIP_M, "§5's SC gossip without the piggybacked S"),
+        Layout(MsgType.LOCAL_STABLE, "LOCAL_STABLE", (F("m", "u16"), F("A", "u32", "m", "local stability array")),
+               "§5: a local group's array, to its stability controllers"),
     ),
     encode=_encode, decode=_decode, header_columns=_header_columns, encode_packet=_encode_packet,
     decode_packet=_decode_packet,
