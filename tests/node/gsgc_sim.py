@@ -1,7 +1,8 @@
 """A deterministic discrete-event network for GSGC cores: no sockets, no wall clock.
 
 Every message goes through `wire.encode`/`wire.decode`, is lost with probability `loss` and otherwise delivered
-after a random latency. Crashed members neither act nor receive; paused members (SIGSTOP) act and receive only
+after a random latency. A multicast (`Output.mcast`) is one packet: it reaches every other member of the group
+(members whose config lists it), each copy lost independently with probability `loss`. Crashed members neither act nor receive; paused members (SIGSTOP) act and receive only
 when they resume, everything that came due meanwhile at once. All randomness comes from the seed.
 """
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from gossipnode.protocols.gsgc import wire
 from gossipnode.config import NodeConfig
@@ -36,20 +39,25 @@ def make_configs(
     control_dir: Path | None = None,
     duration_s: float | None = None,
     wait_for_start: bool = False,
+    multicast: list[str] = (),
+    **protocol: Any,
 ) -> list[NodeConfig]:
-    """Configs for members 0..n-1 on 127.0.0.1 (`ports`, default 20000 + id; the core never binds them)."""
+    """Configs for members 0..n-1 on 127.0.0.1 (`ports`, default 20000 + id; the core never binds them).
+    `multicast`: names of IP multicast groups every member belongs to; `protocol`: further GSGC parameters
+    (sc_step_s, stable_via, piggyback_s, ...)."""
     ports = ports or [20000 + i for i in range(n)]
     members = [{"id": i, "name": f"m{i}", "addr": f"127.0.0.1:{ports[i]}"} for i in range(n)]
     senders = list(senders)
     common = {
         "members": members,
         "protocol": {"name": "gsgc", "subgroup": subgroup, "step_s": step_s, "fail_k": fail_k, "local_groups": local_groups,
-                 "multicast_stable": multicast_stable},
+                 "multicast_stable": multicast_stable, **protocol},
         "senders": senders,
         "workload": {"rate_per_s": rate_per_s, "size_bytes": size_bytes, "stop_s": stop_s} if senders else None,
         "seed": seed,
         "duration_s": duration_s,
         "wait_for_start": wait_for_start,
+        "multicast": [{"name": g, "address": f"239.1.0.{k + 1}", "port": 7001 + k} for k, g in enumerate(multicast)],
     }
     return [
         NodeConfig.model_validate({**common, "name": f"m{i}", "id": i, "listen": members[i]["addr"],
@@ -67,11 +75,16 @@ class Sim:
         self.latency = latency
         self.now = 0.0
         self.nodes = {cfg.id: GsgcNode(cfg, 0.0) for cfg in configs}
+        self.groups = {g.name: sorted(c.id for c in configs if any(x.name == g.name for x in c.multicast))
+                       for c in configs for g in c.multicast}
         self.crashed: set[int] = set()
         self.paused_until: dict[int, float] = {}
         self.events: list[tuple[int, Event]] = []
-        self.sent = 0
-        self.lost = 0
+        self.sent = 0  # packets: a unicast copy, or one multicast datagram
+        self.lost = 0  # copies lost
+        self.sent_by_type: Counter[str] = Counter()
+        self.bytes_by_type: Counter[str] = Counter()
+        self.sizes: dict[str, set[int]] = {}  # message type -> every packet size sent
         self._queue: list[tuple[float, int, str, int, object]] = []
         self._order = itertools.count()
         self.observers: list[Callable[[Sim], None]] = []
@@ -88,12 +101,25 @@ class Sim:
     def pause(self, node_id: int, at: float, duration: float) -> None:
         self._push(at, "pause", node_id, at + duration)
 
+    def _count(self, msg: wire.Message, data: bytes) -> None:
+        self.sent += 1
+        self.sent_by_type[msg.type.name] += 1
+        self.bytes_by_type[msg.type.name] += len(data)
+        self.sizes.setdefault(msg.type.name, set()).add(len(data))
+
     def _record(self, node_id: int, out: Output) -> None:
         self.events.extend((node_id, e) for e in out.events)
         encoded: dict[int, bytes] = {}
+        copies: list[tuple[int, bytes]] = []
         for dest, msg in out.send:
             data = encoded.setdefault(id(msg), wire.encode(msg))
-            self.sent += 1
+            self._count(msg, data)
+            copies.append((dest, data))
+        for group, msg in out.mcast:
+            data = wire.encode(msg)
+            self._count(msg, data)
+            copies.extend((dest, data) for dest in self.groups[group] if dest != node_id)
+        for dest, data in copies:
             if self.rng.random() < self.loss:
                 self.lost += 1
                 continue
@@ -136,3 +162,48 @@ class Sim:
     def declared(self) -> set[int]:
         """Members that some member has declared failed at some point."""
         return {e.fields["member"] for _, e in self.of("declared_failed")}
+
+
+# ---- §5 as the paper ran it: the measurement in docs/reproduction.md ---------------------------------------------
+
+def paper_local_configs(*, n: int = 100, group_size: int = 50, controllers: int = 5, m: int = 50, seed: int = 1,
+                        data_per_s: float = 2.0, paper: bool = True, **kw: Any) -> list[NodeConfig]:
+    """topologies/gsgc-local-sparse-1000.yaml's local point for n members, as the orchestrator draws it (local
+    groups and senders seeded like orchestrator/protocols.py and nodeconfig.py): b = 1, 0.7 s local steps, 0.2 s
+    SC steps, no failure detection. `data_per_s` data messages per second group-wide (spread over the m
+    senders), so that S can rise. `paper`: S by multicast to a group of every member, no piggybacked S."""
+    ids = list(range(n))
+    random.Random(f"{seed}/local-groups").shuffle(ids)
+    k = max(1, round(n / group_size))
+    groups = [ids[i * n // k:(i + 1) * n // k] for i in range(k)]
+    local = [{"members": sorted(g), "controllers": sorted(g[:controllers])} for g in groups]
+    senders = sorted(random.Random(f"{seed}/senders").sample(range(n), m))
+    extra: dict[str, Any] = {"stable_via": "multicast", "piggyback_s": False, "multicast": ["all"]} if paper else {}
+    args = {"subgroup": 1, "step_s": 0.7, "sc_step_s": 0.2, "fail_k": None, "senders": senders,
+            "rate_per_s": data_per_s / m, "local_groups": local, "seed": seed, **extra, **kw}
+    return make_configs(n, **args)
+
+
+def local_gossip_counts(sim: Sim) -> dict[str, int]:
+    """The issue's numbers: local rounds (distinct (group, round) constructed), SC constructions (constructing
+    SCs, each counted), SC rounds constructed, constructions that raised S, STABLE packets, total packets."""
+    built = [(i, e) for i, e in sim.of("round_completed") if e.fields["via"] == "constructed"]
+    sc = [e for _, e in built if e.fields["level"] == "sc"]
+    return {
+        "local_rounds": len({(sim.nodes[i].group_index, e.fields["round"]) for i, e in built
+                             if e.fields["level"] == "local"}),
+        "sc_constructions": len(sc),
+        "sc_rounds": len({e.fields["round"] for e in sc}),
+        "raised_s": sum(1 for _, e in sim.of("stable") if e.fields["level"] == "global"
+                        and e.fields["via"] == "constructed"),
+        "stable_packets": sim.sent_by_type["STABLE"],
+        "total_packets": sim.sent,
+    }
+
+
+if __name__ == "__main__":  # .venv/bin/python -m tests.node.gsgc_sim: the numbers in docs/reproduction.md
+    for label, cfgs in (("m = 25, S by n - 1 unicasts, S piggybacked", paper_local_configs(m=25, paper=False)),
+                        ("m = 50, S by multicast, no piggybacked S", paper_local_configs(m=50))):
+        sim = Sim(cfgs, seed=1)
+        sim.run(30.0)
+        print(label, local_gossip_counts(sim), dict(sim.sent_by_type))

@@ -23,6 +23,8 @@ arrays = st.integers(0, 3).flatmap(lambda m: st.tuples(st.lists(u32, min_size=m,
                                                        st.lists(u32, min_size=m, max_size=m).map(tuple)))
 gossip_bodies = st.tuples(arrays, st.integers(1, 20)).flatmap(
     lambda a: st.builds(Gossip, st.just(a[0][0]), st.just(a[0][1]), st.integers(0, (1 << a[1]) - 1), st.just(a[1])))
+gossip_m_bodies = st.tuples(arrays, st.integers(1, 20)).flatmap(
+    lambda a: st.builds(Gossip, st.just(a[0][0]), st.none(), st.integers(0, (1 << a[1]) - 1), st.just(a[1])))
 bodies = {
     MsgType.DATA: st.builds(Data, st.integers(0, 9), st.binary(max_size=20)),
     MsgType.REPAIR: st.builds(Data, st.integers(0, 9), st.binary(max_size=20)),
@@ -32,7 +34,11 @@ bodies = {
     MsgType.SC_GOSSIP: gossip_bodies,
     MsgType.STABLE: st.builds(Stable, st.lists(u32, max_size=3).map(tuple)),
     MsgType.LIVE: st.builds(Live, st.binary(max_size=8)),
+    MsgType.GOSSIP_M: gossip_m_bodies,
+    MsgType.SC_GOSSIP_M: gossip_m_bodies,
+    MsgType.LOCAL_STABLE: st.builds(Stable, st.lists(u32, max_size=3).map(tuple)),
 }
+assert set(bodies) == set(MsgType)
 messages = st.sampled_from(list(MsgType)).flatmap(
     lambda t: st.builds(Message, st.just(t), st.integers(0, 9), u32, st.integers(0, 50), bodies[t]))
 
@@ -45,15 +51,23 @@ def test_core_accepts_or_refuses_any_well_formed_message(msgs, local):
     cfg = make_configs(6, senders=[0, 4], fail_k=5, local_groups=LOCAL if local else None)[3]
     core = GsgcNode(cfg, 0.0)
     now = 0.0
+    told = (0, 0)  # the element-wise maximum of every S the member accepted (STABLE, GOSSIP, SC_GOSSIP)
     for msg in msgs:
         now += 0.3
+        before = core.stability
         try:
             core.receive(msg, now)
         except BadMessage:
-            pass
+            assert core.stability == before  # refused before any state changed
+        else:
+            if msg.type is MsgType.STABLE or (isinstance(msg.body, Gossip) and msg.body.stability is not None):
+                arr = msg.body.stability
+                if msg.type is not MsgType.SC_GOSSIP or core.is_sc:
+                    told = tuple(map(max, told, arr))
         core.tick(now)
-    snap = json.loads(json.dumps(core.snapshot()))
-    assert all(s <= r for s, r in zip(snap["S"], snap["R"]))  # R catches up with any S it is told
+        assert all(a >= b for a, b in zip(core.stability, before)), "S went down"
+        assert all(a >= b for a, b in zip(core.stability, told)), f"S {core.stability} is below what it was told {told}"
+    json.loads(json.dumps(core.snapshot()))
 
 
 def hostile_packets(rng: random.Random) -> list[bytes]:

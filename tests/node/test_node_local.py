@@ -1,8 +1,10 @@
-"""Local gossip (§5): local groups first, then the stability controllers; global S multicast and piggybacked."""
+"""Local gossip (§5): local groups first, then the stability controllers; global S sent to every member (and
+piggybacked unless `piggyback_s: false`). The paper's settings (S by multicast, no piggybacking, m = 50) are in
+test_node_paper.py."""
 from __future__ import annotations
 
 from gossipnode.protocols.gsgc.core import GsgcNode
-from gossipnode.protocols.gsgc.wire import MsgType
+from gossipnode.protocols.gsgc.wire import Message, MsgType, Stable
 
 from .gsgc_sim import Sim, make_configs
 
@@ -29,8 +31,10 @@ def test_gossip_stays_inside_the_local_group_and_among_controllers():
         gossip = [m for _, m in out.send if m.type is MsgType.GOSSIP]
         assert gossip[0].body.nbits == 5  # W has one bit per local group member
     assert member.sc_step(1.0).send == [] and member.sc is None
-    sc.local_stability = (0, 0)  # as after its first local round
-    out = sc.sc_step(1.0)
+    assert sc.sc_step(1.0).send == []  # no local array yet: the SC round has not begun, the SC is silent
+    # member 8 constructed its group's array of local round 0 and tells the group's SCs (5 and 6)
+    sc.receive(Message(MsgType.LOCAL_STABLE, 8, 1, 0, Stable((0, 0))), 1.1)
+    out = sc.sc_step(1.2)
     assert {d for d, _ in out.send} <= {0, 1, 6, 10, 11}
     assert [m.body.nbits for _, m in out.send if m.type is MsgType.SC_GOSSIP] == [3, 3]  # one bit per group
 
@@ -64,3 +68,70 @@ def test_a_group_without_live_controllers_stops_global_stability_but_stays_safe(
         assert sim.nodes[i].stability == s, f"member {i}: S moved without group 1's controllers"
     for i in (7, 8, 9):  # group 1's members still agree on local stability among themselves
         assert sim.nodes[i].main.round > 10
+
+
+def sc_rounds_and_local_arrays(sim):
+    """Per SC: its SC round starts (ts, via) and the local arrays it learnt (ts, local round)."""
+    starts = [(i, e.ts, e.fields["via"], e.fields["round"]) for i, e in sim.of("round_started")
+              if e.fields["level"] == "sc"]
+    learnt = [(i, e.ts, e.fields["round"], e.fields["via"]) for i, e in sim.of("stable")
+              if e.fields["level"] == "local"]
+    return starts, learnt
+
+
+def test_sc_rounds_begin_only_with_arrays_of_completed_local_rounds():
+    sim = Sim(configs(stop_s=None), seed=13)
+    sim.run(40.0)
+    starts, learnt = sc_rounds_and_local_arrays(sim)
+    built: dict[tuple[int, int], float] = {}  # (group, local round) -> its first construction
+    for i, e in sim.of("round_completed"):
+        if e.fields["level"] == "local" and e.fields["via"] == "constructed":
+            key = (sim.nodes[i].group_index, e.fields["round"])
+            built[key] = min(e.ts, built.get(key, e.ts))
+    assert starts
+    for i, ts, via, rnd in starts:
+        assert via in ("local_array", "gossip", "next_round", "jump"), via
+        if via == "local_array":  # it contributed a local array it had learnt, from a local round completed
+            mine = [(t, r) for j, t, r, _ in learnt if j == i and t <= ts]
+            assert mine, f"SC {i} began SC round {rnd} at {ts} without a local array"
+            t, r = mine[-1]
+            assert built[(sim.nodes[i].group_index, r)] <= t
+        else:  # it heard an SC's gossip of that round: some SC began that round with a local array first
+            assert any(v == "local_array" and r == rnd and t <= ts for _, t, v, r in starts)
+    # SC rounds follow the local rounds: at most one SC round per local array (a group's local round)
+    sc_rounds = {e.fields["round"] for _, e in sim.of("round_completed")
+                 if e.fields["level"] == "sc" and e.fields["via"] == "constructed"}
+    assert 3 <= len(sc_rounds) <= len(built)
+
+
+def test_an_sc_that_never_constructed_a_local_array_takes_part():
+    sim = Sim(configs(stop_s=None), seed=14)
+    sim.run(40.0)
+    starts, learnt = sc_rounds_and_local_arrays(sim)
+    scs = {c for g in GROUPS for c in g["controllers"]}
+    told = {i for i, _, _, via in learnt if via == "local_stable"}
+    assert told <= scs and {i for i, *_ in starts} <= scs
+    # the array each SC round began with at an SC: the latest it learnt, constructed there or sent to it
+    began_with = [max((t, via) for j, t, _, via in learnt if j == i and t <= ts)[1]
+                  for i, ts, how, _ in starts if how == "local_array"]
+    assert "local_stable" in began_with, "no SC round began with an array the SC had not constructed itself"
+    assert scs <= told  # every SC was sent its group's arrays
+
+
+def test_local_stable_goes_only_to_the_groups_other_controllers():
+    cfgs = configs(stop_s=None)
+    sim = Sim(cfgs, seed=15)
+    sent = []
+    sim.observers.append(lambda s: None)
+    record = sim._record
+
+    def spy(node_id, out):
+        sent.extend((node_id, d) for d, m in out.send if m.type is MsgType.LOCAL_STABLE)
+        record(node_id, out)
+
+    sim._record = spy
+    sim.run(20.0)
+    assert sent
+    group_of = {i: k for k, g in enumerate(GROUPS) for i in g["members"]}
+    for src, dest in sent:
+        assert dest != src and dest in GROUPS[group_of[src]]["controllers"]

@@ -27,7 +27,8 @@ from gossipnode.workload import DataSource, MessageBuffer, Receipts, nak_ranges,
 
 from .failure import FailureDetector
 from .stability import Branch, Completion, RoundState, array_max
-from .wire import MAX_SEQ, MIN_DATA_SIZE, Body, Data, Gossip, Live, Message, MsgType, Nak, Stable
+from .wire import (GOSSIP_TYPES, MAX_SEQ, MIN_DATA_SIZE, SC_GOSSIP_TYPES, Body, Data, Gossip, Live, Message, MsgType,
+                   Nak, Stable)
 
 NAK_RANGES = 16  # missing-seq ranges one NAK asks for
 REPAIRS_PER_NAK = 32  # retransmissions sent in answer to one NAK
@@ -49,7 +50,16 @@ class GsgcNode(Core):
         self.receipts = {s: Receipts() for s in self.senders}
         self.buffer = MessageBuffer(self.senders)
         self.stability: tuple[int, ...] = (0,) * self.m  # S
-        self.local_stability: tuple[int, ...] | None = None  # local mode: the last local round's array
+        self.local_stability: tuple[int, ...] | None = None  # local mode: the latest local round's array
+        self.local_stability_round = -1  # the local round it came from
+        self._sc_used = -1  # the newest local round whose array this SC has contributed to an SC round
+        self._sc_active = False  # this SC's current SC round has begun here (a contribution or a gossip heard)
+        self.piggyback = p.piggyback_s
+        self._gossip_type = MsgType.GOSSIP if p.piggyback_s else MsgType.GOSSIP_M
+        self._sc_gossip_type = MsgType.SC_GOSSIP if p.piggyback_s else MsgType.SC_GOSSIP_M
+        self._stable_group = None
+        if p.stable_via == "multicast":
+            self._stable_group = p.stable_group or cfg.multicast[0].name
         self.counters: Counter[str] = Counter()
         self._ctl_seq = 0
 
@@ -91,8 +101,7 @@ class GsgcNode(Core):
             self.source = DataSource(cfg.workload, MIN_DATA_SIZE, now, self.rng)
         self.startup = Output()  # events of the start itself, for the runtime to log
         self.startup.log(now, "round_started", level=self.level, round=0, via="start")
-        if self.sc is not None:
-            self.startup.log(now, "round_started", level="sc", round=0, via="start")
+        # an SC round starts here only with a local array (or another SC's gossip): `_sc_begin`
 
     # ---- views derived from the failure detector -------------------------------------------------------------
 
@@ -103,6 +112,7 @@ class GsgcNode(Core):
         self._main_peers = [j for j in self.group if j != self.me and self._alive(j)]
         self._required_main = sum(1 << self._bit_of[j] for j in self.group if self._alive(j))
         self._sc_peers = [c for c in self.controllers if c != self.me and self._alive(c)]
+        self._my_scs = [c for c in self._scs_of_group.get(self.group_index, []) if c != self.me and self._alive(c)]
         self._everyone_else = [j for j in range(self.n) if j != self.me and self._alive(j)]
 
     # ---- helpers ---------------------------------------------------------------------------------------------
@@ -145,9 +155,29 @@ class GsgcNode(Core):
         self._unrepresented = dark
 
     def _round_done(self, level: str, rs: RoundState, done: Completion, now: float, out: Output) -> None:
+        if level == "sc":
+            # §5: an SC round begins with local arrays. One this SC never began (it waited for a fresh local
+            # array) ends without a record here; the next begins when this SC contributes or hears an SC
+            # gossip of it -- at once when it entered that round through such a gossip.
+            if self._sc_active:
+                out.log(now, "round_completed", level=level, round=done.round, via=done.via, steps=done.steps,
+                        started_ts=done.started, tpr_s=round(now - done.started, 6))
+            self._sc_active = False
+            if done.via in ("next_round", "jump"):
+                self._sc_begin(done.via, now, out)
+            return
         out.log(now, "round_completed", level=level, round=done.round, via=done.via, steps=done.steps,
                 started_ts=done.started, tpr_s=round(now - done.started, 6))
         out.log(now, "round_started", level=level, round=rs.round, via=done.via)
+
+    def _sc_begin(self, via: str, now: float, out: Output) -> None:
+        rs = self.sc
+        assert rs is not None
+        if self._sc_active:
+            return
+        self._sc_active = True
+        rs.started, rs.steps = now, 0
+        out.log(now, "round_started", level="sc", round=rs.round, via=via)
 
     def _raise_stability(self, array: tuple[int, ...], via: str, rnd: int, now: float, out: Output) -> None:
         """S = ArrayMax(S, array); then catch R up to S and garbage-collect the buffer."""
@@ -165,9 +195,14 @@ class GsgcNode(Core):
         if discarded:
             out.log(now, "gc", discarded=discarded, buffer_size=self.buffer.count, buffer_bytes=self.buffer.bytes)
 
-    def _multicast_stable(self, rnd: int) -> list[tuple[int, Message]]:
+    def _announce_stable(self, rnd: int, out: Output) -> None:
+        """Send S to every member: one datagram to the multicast group (`stable_via: multicast`), else one
+        unicast copy to each other live member (the fallback)."""
         msg = self._control(MsgType.STABLE, rnd, Stable(self.stability))
-        return [(j, msg) for j in self._everyone_else]
+        if self._stable_group is not None:
+            out.mcast.append((self._stable_group, msg))
+        else:
+            out.send.extend((j, msg) for j in self._everyone_else)
 
     # ---- stability detection at the main level (global, or local group) and among SCs --------------------------
 
@@ -182,26 +217,55 @@ class GsgcNode(Core):
         if self.level == "global":
             self._raise_stability(done.array, "constructed", done.round, now, out)
             if self.cfg.protocol.multicast_stable:
-                out.send.extend(self._multicast_stable(done.round))
+                self._announce_stable(done.round, out)
         else:
-            self.local_stability = done.array
-            out.log(now, "stable", level="local", via="constructed", round=done.round, s=list(done.array))
+            self._learn_local(done.array, done.round, "constructed", now, out)
+            if self._my_scs:  # §5: the group's SCs carry its array into the second phase
+                msg = self._control(MsgType.LOCAL_STABLE, done.round, Stable(done.array))
+                out.send.extend((c, msg) for c in self._my_scs)
             self._settle_sc(now, out)
         rs.contribute(self.r_array())
 
-    def _settle_sc(self, now: float, out: Output) -> None:
-        rs = self.sc
-        if rs is None or self.local_stability is None:
+    def _learn_local(self, array: tuple[int, ...], rnd: int, via: str, now: float, out: Output) -> None:
+        """A local round's array: constructed here, or sent by the member of the group that constructed it."""
+        if rnd < self.local_stability_round:
             return
-        rs.contribute(self.local_stability)
+        if rnd == self.local_stability_round and self.local_stability is not None:
+            array = array_max(self.local_stability, array)
+            if array == self.local_stability:
+                return
+        self.local_stability, self.local_stability_round = array, rnd
+        out.log(now, "stable", level="local", via=via, round=rnd, s=list(array))
+
+    def _on_local_stable(self, msg: Message, st: Stable, now: float, out: Output) -> None:
+        """An SC receives its group's array of local round `msg.round` (§5: the SCs start the second phase once
+        the local arrays are constructed); like a STABLE, it also ends that local round here."""
+        self._learn_local(st.stability, msg.round, "local_stable", now, out)
+        done = self.main.end_round(msg.round, now, "local_stable")
+        if done is not None:
+            self._round_done(self.level, self.main, done, now, out)
+            self._settle_main(now, out)
+        self._settle_sc(now, out)
+
+    def _settle_sc(self, now: float, out: Output) -> None:
+        """§5's second phase at an SC: contribute each local array (from a completed local round) to one SC
+        round, at most once; construct the global S when W covers every local group, and announce it."""
+        rs = self.sc
+        if rs is None:
+            return
+        if self.local_stability is not None and self.local_stability_round > self._sc_used:
+            if rs.contribute(self.local_stability):
+                self._sc_used = self.local_stability_round
+                self._sc_begin("local_array", now, out)
+        if not self._sc_active:
+            return
         done = rs.complete_if_heard(self._all_groups, now)
         if done is None:
             return
         self._round_done("sc", rs, done, now, out)
         assert done.array is not None
         self._raise_stability(done.array, "constructed", done.round, now, out)
-        out.send.extend(self._multicast_stable(done.round))
-        rs.contribute(self.local_stability)
+        self._announce_stable(done.round, out)
 
     def _on_gossip(self, msg: Message, g: Gossip, rs: RoundState, level: str, now: float, out: Output) -> None:
         branch, done = rs.receive(msg.round, g.min_so_far, g.heard, now)
@@ -210,7 +274,10 @@ class GsgcNode(Core):
             return
         if done is not None:
             self._round_done(level, rs, done, now, out)
-        self._raise_stability(g.stability, "gossip", msg.round, now, out)
+        elif rs is self.sc and branch is not Branch.REDUNDANT:
+            self._sc_begin("gossip", now, out)
+        if g.stability is not None:
+            self._raise_stability(g.stability, "gossip", msg.round, now, out)
         self._settle(rs, now, out)
 
     def _settle(self, rs: RoundState, now: float, out: Output) -> None:
@@ -293,9 +360,8 @@ class GsgcNode(Core):
         rs.steps += 1
         targets = self._sample(self._main_peers)
         if targets:
-            gossip = self._control(
-                MsgType.GOSSIP, rs.round, Gossip(rs.min_so_far, self.stability, rs.heard, len(self.group))
-            )
+            gossip = self._control(self._gossip_type, rs.round, Gossip(
+                rs.min_so_far, self.stability if self.piggyback else None, rs.heard, len(self.group)))
             out.send.extend((t, gossip) for t in self._drop_at_sender(targets))
             if self.fd is not None:
                 live = self._control(MsgType.LIVE, rs.round, Live(bytes(self.fd.live)))
@@ -304,19 +370,22 @@ class GsgcNode(Core):
         return out
 
     def sc_step(self, now: float) -> Output:
-        """One gossip step among the stability controllers (§5, second phase)."""
+        """One gossip step among the stability controllers (§5, second phase). An SC whose SC round has not
+        begun (no fresh local array, no SC gossip of that round heard) stays silent."""
         out = Output()
         rs = self.sc
-        if rs is None or self.local_stability is None:
+        if rs is None:
             return out
-        rs.steps += 1
+        if self._sc_active:
+            rs.steps += 1
         self._settle_sc(now, out)
+        if not self._sc_active:
+            return out
         targets = self._sample(self._sc_peers)
         if targets:
             n_groups = self._all_groups.bit_length()
-            gossip = self._control(
-                MsgType.SC_GOSSIP, rs.round, Gossip(rs.min_so_far, self.stability, rs.heard, n_groups)
-            )
+            gossip = self._control(self._sc_gossip_type, rs.round, Gossip(
+                rs.min_so_far, self.stability if self.piggyback else None, rs.heard, n_groups))
             out.send.extend((t, gossip) for t in targets)
             if self.fd is not None:
                 live = self._control(MsgType.LIVE, rs.round, Live(bytes(self.fd.live)))
@@ -367,12 +436,16 @@ class GsgcNode(Core):
         elif isinstance(body, Live):
             if len(body.live) != self.n:
                 raise BadMessage(f"LIVE with {len(body.live)} entries, the group has {self.n}")
-        elif len(body.stability) != self.m:
-            raise BadMessage(f"{t.name} with {len(body.stability)} senders, this group has {self.m}")
+        elif (k := len(body.stability if isinstance(body, Stable) else body.min_so_far)) != self.m:
+            raise BadMessage(f"{t.name} with {k} senders, this group has {self.m}")
+        elif t is MsgType.LOCAL_STABLE:
+            if not self.is_sc or msg.sender not in self._bit_of:
+                raise BadMessage(f"LOCAL_STABLE from {msg.sender} to {self.me}: needs a stability controller of "
+                                 f"the sender's local group")
         elif isinstance(body, Stable):
             if self.level == "local" and msg.sender not in self._group_of_sc:
                 raise BadMessage(f"STABLE from {msg.sender}, who is not a stability controller")
-        elif t is MsgType.GOSSIP:
+        elif t in GOSSIP_TYPES:
             if msg.sender not in self._bit_of:
                 raise BadMessage(f"GOSSIP from {msg.sender}, who is not in this member's local group")
             if body.nbits != len(self.group):
@@ -393,10 +466,12 @@ class GsgcNode(Core):
             self._fd_events(self.fd.heard_from(msg.sender), now, out)
         body = msg.body
         if isinstance(body, Gossip):
-            if msg.type is MsgType.GOSSIP:
+            if msg.type in GOSSIP_TYPES:
                 self._on_gossip(msg, body, self.main, self.level, now, out)
-            elif self.sc is not None:
+            elif self.sc is not None and msg.type in SC_GOSSIP_TYPES:
                 self._on_gossip(msg, body, self.sc, "sc", now, out)
+        elif msg.type is MsgType.LOCAL_STABLE:
+            self._on_local_stable(msg, body, now, out)
         elif isinstance(body, Live):
             if self.fd is not None:
                 self._fd_events(self.fd.merge(body.live), now, out)
@@ -432,6 +507,7 @@ class GsgcNode(Core):
         }
         if self.local_stability is not None:
             state["local_stability"] = list(self.local_stability)
+            state["local_stability_round"] = self.local_stability_round
         if self.sc is not None:
             state["sc"] = round_state(self.sc, list(range(self._all_groups.bit_length())))
         if self.fd is not None:

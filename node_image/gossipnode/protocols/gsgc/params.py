@@ -39,6 +39,18 @@ class GsgcParams(Strict):
     multicast_stable: bool = Field(
         default=False, description="global gossip: the member that constructs S also sends it to every member"
     )
+    stable_via: Literal["unicast", "multicast"] = Field(
+        default="unicast",
+        description="how a constructed S is announced (STABLE: global gossip with multicast_stable, and every SC "
+                    "construction with local gossip): unicast = one copy to each other member (the fallback); "
+                    "multicast = one datagram to the IP multicast group `stable_group`",
+    )
+    stable_group: str | None = Field(
+        default=None, description="stable_via multicast: the multicast group's name (every member must be in it); "
+                                  "default the config's first group")
+    piggyback_s: bool = Field(
+        default=True, description="gossip carries S beside M (Figure 2: GOSSIP, SC_GOSSIP); false: M and W only "
+                                  "(GOSSIP_M, SC_GOSSIP_M), S travels in STABLE alone (the paper's optimised scheme)")
     gossip_drop_p: float = Field(
         default=0.0, ge=0.0, le=1.0,
         description="drop each GOSSIP at the sender with this probability (the paper's Simulation II sender drops)",
@@ -48,6 +60,11 @@ class GsgcParams(Strict):
     def _thresholds(self) -> GsgcParams:
         if self.suspect_k is not None and (self.fail_k is None or not self.fail_k // 2 < self.suspect_k < self.fail_k):
             raise ValueError("suspect_k needs fail_k and must lie between fail_k // 2 and fail_k (exclusive)")
+        if not self.piggyback_s and self.local_groups is None and not self.multicast_stable:
+            raise ValueError("piggyback_s: false with global gossip needs multicast_stable: true (S would stay at "
+                             "the members that construct it)")
+        if self.stable_group is not None and self.stable_via != "multicast":
+            raise ValueError("stable_group names the multicast group of stable_via: multicast")
         return self
 
     @property
@@ -67,3 +84,14 @@ class GsgcParams(Strict):
             grouped = sorted(i for g in self.local_groups for i in g.members)
             if grouped != sorted(m.id for m in cfg.members):
                 raise ValueError("local_groups must partition the members (every member in exactly one group)")
+        if self.stable_via == "multicast":
+            if not cfg.multicast:
+                raise ValueError("stable_via multicast needs a multicast group in the config (`multicast:`)")
+            group = cfg.group(self.stable_group) if self.stable_group is not None else cfg.multicast[0]
+            if self.local_groups is None:
+                announces = self.multicast_stable
+            else:
+                announces = any(cfg.id in g.controllers for g in self.local_groups)
+            if announces and not group.may_send:
+                raise ValueError(f"stable_via multicast: member {cfg.id} may construct S but may not send to "
+                                 f"group {group.name!r}")

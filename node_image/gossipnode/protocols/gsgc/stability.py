@@ -104,8 +104,9 @@ class RoundState:
             return None
         return self._enter(self.round + 1, now, "constructed", self.min_so_far)
 
-    def end_round(self, completed: int, now: float) -> Completion | None:
-        """Someone else constructed S for round `completed` (multicast STABLE): move past it if we are not yet."""
+    def end_round(self, completed: int, now: float, via: str = "multicast") -> Completion | None:
+        """Someone else constructed the array of round `completed` (a STABLE, or with local gossip a
+        LOCAL_STABLE): move past it if we are not yet."""
         if completed < self.round:
             return None
-        return self._enter(completed + 1, now, "multicast", None)
+        return self._enter(completed + 1, now, via, None)
