@@ -20,7 +20,7 @@ from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from orchestrator.errors import SpecError
+from orchestrator.errors import PlanError, SpecError
 from orchestrator.mcast.spec import MulticastSpec
 from orchestrator.protocols import ProtocolSection
 from orchestrator.shaping.params import DirParams, GilbertElliott
@@ -236,6 +236,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def one_line(text: str) -> str:
     """Error messages are one line: control characters (a newline in a key, say) are shown escaped."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+class PlanInputError(SpecError, PlanError):
+    """The plan cannot be built from the file (located there): bad input, so both a SpecError and a PlanError."""
 
 
 class FieldError(SpecError):
@@ -679,15 +683,14 @@ def _validate(data: dict, src: Source) -> Experiment:
 def check_experiment(exp: Experiment, src: Source | None = None):
     """What needs the plan: it can be built, and the schedule's targets and times fit it (so `up` refuses what
     `run` would). Returns (plan, timeline)."""
-    from orchestrator.errors import PlanError
     from orchestrator.plan import build_plan
     from orchestrator.schedule import expand, parse_schedule
 
     src = src or Source("<experiment>", "")
     try:
         plan = build_plan(exp)
-    except PlanError as exc:                 # located, and still a PlanError (exit 2 as well)
-        raise PlanError(str(src.located(exc))) from None
+    except PlanError as exc:                 # located, and still a PlanError
+        raise PlanInputError(str(src.located(exc))) from None
     except FieldError as exc:
         raise src.located(exc) from None
     except ValueError as exc:     # a value the models let through but the plan cannot use

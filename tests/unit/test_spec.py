@@ -106,3 +106,98 @@ def test_good_names(name):
 def test_bad_names(name):
     with pytest.raises(SpecError):
         check_name(name)
+
+
+# --- issue 16/22: the loader's rough edges ------------------------------------------------------------------------
+
+TOPO = "topology: {kind: tree, nodes: 9, degree: 4}\n"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Duration: 10s\n" + TOPO, "bad.yaml:1: Duration: unknown key"),                # was "(top level)"
+    (TOPO + "links: {Loss: 1%}\n", "bad.yaml:2: links.Loss: unknown key"),         # was without the line
+    (TOPO + "links:\n  rate: 1mbit\n  Loss: 1%\n", "bad.yaml:4: links.Loss: unknown key"),
+    (TOPO + "links: {overrides: [{subtree: h1, Delay: 5ms}]}\n", "bad.yaml:2: links.overrides[0].Delay: unknown key"),
+])
+def test_capitalised_keys_keep_their_name_and_line(text, expected):
+    assert _error(text) == expected
+
+
+def test_duplicate_keys_name_both_lines():
+    assert _error("duration: 80s\n" + TOPO + "duration: 10s\n") == \
+        "bad.yaml:3: duration: duplicate key (first on line 1)"
+    assert _error(TOPO + "links:\n  rate: 1mbit\n  delay: 5ms\n  rate: 2mbit\n") == \
+        "bad.yaml:5: links.rate: duplicate key (first on line 3)"
+
+
+def test_schedule_errors_are_located_like_every_other_field():
+    text = TOPO + "duration: 30s\nschedule:\n  - {at: 5s, action: crash, count: 1}\n  - at: 5s\n" \
+                  "    action: crash\n    nodes: [h1, h99]\n"
+    msg = _error(text)
+    assert msg.startswith("bad.yaml:7: schedule[1].nodes[1]: ") and "unknown node 'h99'" in msg, msg
+
+
+def test_templates_are_sandboxed(tmp_path):
+    for attack in ("{{ ''.__class__.__mro__ }}", "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+                   "{{ cycler.__init__.__globals__.os }}", "{{ x.__class__ }}"):
+        f = tmp_path / "t.yaml"
+        f.write_text(TOPO + f"description: '{attack}'\n")
+        with pytest.raises(SpecError) as exc:
+            load_experiment(f, {"x": "1"})
+        msg = str(exc.value)
+        assert msg.startswith(f"{f}:2: template error: ") and "unsafe" in msg and "sandbox" in msg, msg
+
+
+def test_template_errors_name_the_source_line(tmp_path):
+    src = ("name: t1\n"                                # 1
+           "{% set n = 9 %}\n"                         # 2
+           "topology: {kind: tree, nodes: {{ n }}, degree: 4}\n"
+           "links:\n"                                  # 4
+           "{% for d in ['down'] %}\n"                 # 5
+           "  {{ d }}: {rate: 1mbit}\n"                # 6
+           "{% endfor %}\n"                            # 7
+           "  delay: {{ delay }}\n"                    # 8
+           "  queue: 0\n")                             # 9: the error, rendered on another line
+    f = tmp_path / "t.yaml"
+    f.write_text(src)
+    msg = str(pytest.raises(SpecError, load_experiment, f, {"delay": "5ms"}).value)
+    assert msg.startswith(f"{f}:9: links.queue: "), msg
+    msg = str(pytest.raises(SpecError, load_experiment, f, {"delay": "soon"}).value)
+    assert msg.startswith(f"{f}:8: links.delay: "), msg
+    f.write_text("{% for i in range(2) %}\nx{{ i }}: 1\n{% endfor %}\n" + TOPO)    # lines a loop made
+    msg = str(pytest.raises(SpecError, load_experiment, f).value)
+    assert msg.startswith(f"{f} (rendered line 2): x0: unknown key"), msg
+    f.write_text(TOPO + "description: {{ undefined_thing }}\n")
+    msg = str(pytest.raises(SpecError, load_experiment, f).value)
+    assert msg.startswith(f"{f}:2: template error: ") and "--set" in msg, msg
+
+
+def test_hosts_file_is_parsed_once(tmp_path, monkeypatch):
+    """hostsfile.py re-composed the whole YAML for every host (quadratic in the number of hosts)."""
+    import yaml
+
+    from orchestrator.hosts.hostsfile import parse_hosts
+
+    (tmp_path / "k").write_text("x\n")
+    text = "defaults: {user: root, key: k}\nhosts:\n" + "".join(
+        f"  - {{name: n{i}, ssh: 192.0.2.{i}, address: 10.1.0.{i}}}\n" for i in range(1, 40))
+    calls = []
+    real = yaml.SafeLoader.get_single_node
+    monkeypatch.setattr(yaml.SafeLoader, "get_single_node", lambda self: calls.append(1) or real(self))
+    monkeypatch.setattr(yaml, "compose", lambda *a, **k: calls.append(1) or pytest.fail("composed again"))
+    assert len(parse_hosts(text, "h.yml", tmp_path)) == 39
+    assert len(calls) == 1
+    dup = text.replace("defaults: {user: root, key: k}\n", "defaults: {user: root, key: k, user: gossip}\n")
+    with pytest.raises(SpecError, match=r"^h\.yml:1: defaults\.user: duplicate key \(first on line 1\)$"):
+        parse_hosts(dup, "h.yml", tmp_path)
+
+
+def test_unreadable_inputs_are_one_line_spec_errors(tmp_path):
+    f = tmp_path / "bin.yaml"
+    f.write_bytes(b"name: x\n\xff\xfe\n")
+    with pytest.raises(SpecError, match=r"bin\.yaml:2: not UTF-8 text \(byte 0xff at offset 8\)"):
+        load_experiment(f)
+    with pytest.raises(SpecError, match="not a regular file"):
+        load_experiment("/dev/zero")
+    with pytest.raises(SpecError, match="is a directory"):
+        load_experiment(tmp_path)
