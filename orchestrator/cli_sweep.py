@@ -13,7 +13,7 @@ from rich.table import Table
 
 from rich.console import Console
 
-from orchestrator.clikit import BarProgress, parse_sets
+from orchestrator.clikit import BackendName, BarProgress, ShaperName, parse_sets
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.units import parse_time
 
@@ -66,8 +66,8 @@ def _sweep_options(cls, out_dir, only, axis, repetitions, backend, shaper, stric
     from orchestrator.sweeprun import parse_axis_option
 
     axes = dict(parse_axis_option(a) for a in axis or [])
-    return cls(out=out_dir, only=list(only or []), axes=axes, repetitions=repetitions, backend=backend,
-               shaper=shaper, strict=strict, analyze=analyze, master=master, **kw)
+    return cls(out=out_dir, only=list(only or []), axes=axes, repetitions=repetitions,
+               backend=getattr(backend, "value", backend), shaper=getattr(shaper, "value", shaper), strict=strict, analyze=analyze, master=master, **kw)
 
 
 def sweep(
@@ -78,8 +78,8 @@ def sweep(
                                                                   "the same axis twice = either value; rep=N)."),
     axis: Optional[List[str]] = typer.Option(None, "--axis", help="PATH=V1,V2,...: replace or add an axis."),
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Override the repetitions."),
-    backend: str = typer.Option("mininet", help="mininet (default)."),
-    shaper: str = typer.Option("auto", help="auto|netem|delayline|tbf."),
+    backend: BackendName = typer.Option(BackendName.mininet, help="mininet (default)."),
+    shaper: ShaperName = typer.Option(ShaperName.auto, help="auto|netem|delayline|tbf."),
     strict_shaping: bool = typer.Option(False, "--strict-shaping"),
     analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse the sweep at the end (Spark)."),
     master: str = typer.Option("local[*]", help="Spark master for the analysis."),
@@ -141,8 +141,8 @@ def tune(
                                               "once every member ran) or round0 (the paper's TPR: from the "
                                               "members' common start to the first S; one round per run)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Tune directory (default runs/tune/<name>)."),
-    backend: str = typer.Option("mininet"),
-    shaper: str = typer.Option("auto"),
+    backend: BackendName = typer.Option(BackendName.mininet),
+    shaper: ShaperName = typer.Option(ShaperName.auto),
     strict_shaping: bool = typer.Option(False, "--strict-shaping"),
     master: str = typer.Option("local[*]", help="Spark master for the per-run analysis (--engine spark)."),
     engine: str = typer.Option("events", help="How f(x) reads a run's TPR: events (from the event logs, seconds) "
