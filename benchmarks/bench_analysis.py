@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gossipnode import wire
+from gossipnode.protocols.gsgc import wire
 
 SNAPLEN = 128
 TSHARK_FIELDS = ["frame.time_epoch", "ip.src", "ip.dst", "udp.srcport", "udp.dstport", "frame.len", "udp.length"]
