@@ -44,7 +44,7 @@ def make_configs(
 ) -> list[NodeConfig]:
     """Configs for members 0..n-1 on 127.0.0.1 (`ports`, default 20000 + id; the core never binds them).
     `multicast`: names of IP multicast groups every member belongs to; `protocol`: further GSGC parameters
-    (sc_step_s, stable_via, piggyback_s, ...)."""
+    (sc_step_s, stable_via, piggyback_stability, ...)."""
     ports = ports or [20000 + i for i in range(n)]
     members = [{"id": i, "name": f"m{i}", "addr": f"127.0.0.1:{ports[i]}"} for i in range(n)]
     senders = list(senders)
@@ -178,7 +178,9 @@ def paper_local_configs(*, n: int = 100, group_size: int = 50, controllers: int 
     groups = [ids[i * n // k:(i + 1) * n // k] for i in range(k)]
     local = [{"members": sorted(g), "controllers": sorted(g[:controllers])} for g in groups]
     senders = sorted(random.Random(f"{seed}/senders").sample(range(n), m))
-    extra: dict[str, Any] = {"stable_via": "multicast", "piggyback_s": False, "multicast": ["all"]} if paper else {}
+    extra: dict[str, Any] = {}
+    if paper:
+        extra = {"stable_via": "multicast", "piggyback_stability": False, "multicast": ["all"]}
     args = {"subgroup": 1, "step_s": 0.7, "sc_step_s": 0.2, "fail_k": None, "senders": senders,
             "rate_per_s": data_per_s / m, "local_groups": local, "seed": seed, **extra, **kw}
     return make_configs(n, **args)

@@ -1,5 +1,5 @@
 """Local gossip (§5): local groups first, then the stability controllers; global S sent to every member (and
-piggybacked unless `piggyback_s: false`). The paper's settings (S by multicast, no piggybacking, m = 50) are in
+piggybacked unless `piggyback_stability: false`). The paper's settings (S by multicast, no piggybacking, m = 50) are in
 test_node_paper.py."""
 from __future__ import annotations
 

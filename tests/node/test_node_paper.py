@@ -16,7 +16,7 @@ from .test_node_wire import HEADER_DIFFERENCE, paper_gossip_size
 # ---- the default behaviour is the one before these options existed -------------------------------------------
 
 # Digests of every packet (source, destination, bytes) and every event of these runs, computed at commit ae63db0
-# (before stable_via, piggyback_s and the §5 changes): global gossip without the new options must not change.
+# (before stable_via, piggyback_stability and the §5 changes): global gossip without the new options must not change.
 UNCHANGED = [
     (dict(n=12, subgroup=2, fail_k=8, senders=[0, 3], rate_per_s=3.0, loss=0.1), "b8d4b2ea1056c5af"),
     (dict(n=10, subgroup=3, multicast_stable=True, senders=[1], rate_per_s=2.0, stop_s=8.0), "9f5c8386a9b24f7f"),
@@ -52,7 +52,7 @@ def test_global_gossip_without_the_new_options_is_unchanged(kw, expected):
     (dict(stable_via="multicast", multicast_stable=True, stable_group="nope", multicast=["all"]),
      "no multicast group 'nope'"),
     (dict(stable_group="all", multicast=["all"]), "stable_group names the multicast group"),
-    (dict(piggyback_s=False), "needs multicast_stable"),
+    (dict(piggyback_stability=False), "needs multicast_stable"),
 ])
 def test_bad_combinations_are_refused(kw, error):
     with pytest.raises((ValidationError, ValueError), match=error):
@@ -60,8 +60,8 @@ def test_bad_combinations_are_refused(kw, error):
 
 
 def test_piggyback_off_is_fine_with_local_gossip_or_a_multicast_s():
-    make_configs(4, piggyback_s=False, multicast_stable=True)
-    make_configs(4, piggyback_s=False, local_groups=[{"members": [0, 1], "controllers": [0]},
+    make_configs(4, piggyback_stability=False, multicast_stable=True)
+    make_configs(4, piggyback_stability=False, local_groups=[{"members": [0, 1], "controllers": [0]},
                                                     {"members": [2, 3], "controllers": [3]}])
 
 
@@ -69,7 +69,7 @@ def test_piggyback_off_is_fine_with_local_gossip_or_a_multicast_s():
 
 def test_global_s_by_one_multicast_and_gossip_without_s():
     cfgs = make_configs(20, subgroup=2, senders=[0, 5], rate_per_s=2.0, stop_s=6.0, multicast_stable=True,
-                        stable_via="multicast", piggyback_s=False, multicast=["all"])
+                        stable_via="multicast", piggyback_stability=False, multicast=["all"])
     sim = Sim(cfgs, seed=3)
     sim.run(30.0)
     constructions = [e for _, e in sim.of("round_completed") if e.fields["via"] == "constructed"]

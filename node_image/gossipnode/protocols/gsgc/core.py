@@ -54,9 +54,9 @@ class GsgcNode(Core):
         self.local_stability_round = -1  # the local round it came from
         self._sc_used = -1  # the newest local round whose array this SC has contributed to an SC round
         self._sc_active = False  # this SC's current SC round has begun here (a contribution or a gossip heard)
-        self.piggyback = p.piggyback_s
-        self._gossip_type = MsgType.GOSSIP if p.piggyback_s else MsgType.GOSSIP_M
-        self._sc_gossip_type = MsgType.SC_GOSSIP if p.piggyback_s else MsgType.SC_GOSSIP_M
+        self.piggyback = p.piggyback_stability
+        self._gossip_type = MsgType.GOSSIP if p.piggyback_stability else MsgType.GOSSIP_M
+        self._sc_gossip_type = MsgType.SC_GOSSIP if p.piggyback_stability else MsgType.SC_GOSSIP_M
         self._stable_group = None
         if p.stable_via == "multicast":
             self._stable_group = p.stable_group or cfg.multicast[0].name

@@ -48,7 +48,7 @@ class GsgcParams(Strict):
     stable_group: str | None = Field(
         default=None, description="stable_via multicast: the multicast group's name (every member must be in it); "
                                   "default the config's first group")
-    piggyback_s: bool = Field(
+    piggyback_stability: bool = Field(
         default=True, description="gossip carries S beside M (Figure 2: GOSSIP, SC_GOSSIP); false: M and W only "
                                   "(GOSSIP_M, SC_GOSSIP_M), S travels in STABLE alone (the paper's optimised scheme)")
     gossip_drop_p: float = Field(
@@ -60,9 +60,9 @@ class GsgcParams(Strict):
     def _thresholds(self) -> GsgcParams:
         if self.suspect_k is not None and (self.fail_k is None or not self.fail_k // 2 < self.suspect_k < self.fail_k):
             raise ValueError("suspect_k needs fail_k and must lie between fail_k // 2 and fail_k (exclusive)")
-        if not self.piggyback_s and self.local_groups is None and not self.multicast_stable:
-            raise ValueError("piggyback_s: false with global gossip needs multicast_stable: true (S would stay at "
-                             "the members that construct it)")
+        if not self.piggyback_stability and self.local_groups is None and not self.multicast_stable:
+            raise ValueError("piggyback_stability: false with global gossip needs multicast_stable: true (S would "
+                             "stay at the members that construct it)")
         if self.stable_group is not None and self.stable_via != "multicast":
             raise ValueError("stable_group names the multicast group of stable_via: multicast")
         return self

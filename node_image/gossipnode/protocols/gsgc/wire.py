@@ -13,7 +13,7 @@ Bodies (network byte order; counts come first and are checked against the body l
     GOSSIP,        m u16, nbits u16, M: m x u32, S: m x u32, W: ceil(nbits / 8) bytes
     SC_GOSSIP      (W bit i is byte i // 8, bit i % 8 counted from the least significant; unused bits are 0)
     GOSSIP_M,      m u16, nbits u16, M: m x u32, W: ceil(nbits / 8) bytes -- the same without S
-    SC_GOSSIP_M    (`piggyback_s: false`: S travels only in STABLE, as in the paper's optimised scheme)
+    SC_GOSSIP_M    (`piggyback_stability: false`: S travels only in STABLE, as in the paper's optimised scheme)
     STABLE         m u16, S: m x u32
     LIVE           n u16, L: n x u8
     LOCAL_STABLE   m u16, A: m x u32 -- a local group's stability array (§5), from the member that constructed
