@@ -121,3 +121,42 @@ def test_the_issues_measurement_fell(paper_run):
     c = local_gossip_counts(sim)
     assert c["sc_constructions"] <= 4 * c["sc_rounds"] <= 4 * c["local_rounds"]
     assert c["stable_packets"] == 99 * c["sc_constructions"] < 15345 / 5
+
+
+# ---- the paper's experiment files ----------------------------------------------------------------------------
+
+PAPER_FILES = ["gsgc-sim1-dense-200", "gsgc-sim2-dense-200", "gsgc-sim1-sparse-1000", "gsgc-sim2-sparse-1000",
+               "gsgc-local-sparse-1000", "gsgc-dense-200", "gsgc-sparse-1000"]
+
+
+@pytest.mark.parametrize("name", PAPER_FILES)
+def test_the_papers_files_give_node_configs_with_s_by_multicast_and_m_50(name, tmp_path):
+    from pathlib import Path
+
+    from orchestrator.nodeconfig import node_configs
+    from orchestrator.plan import build_plan
+    from orchestrator.spec import load_experiment
+
+    exp = load_experiment(Path(__file__).parents[2] / "topologies" / f"{name}.yaml")
+    cfgs = node_configs(exp, build_plan(exp), tmp_path / "r", tmp_path / "c")
+    for cfg in cfgs.values():
+        p = cfg["protocol"]
+        assert (p["stable_via"], p["stable_group"], p["piggyback_stability"], p["multicast_stable"]) == (
+            "multicast", "stable", False, True)
+        assert len(cfg["senders"]) == 50
+        (group,) = cfg["multicast"]
+        assert group["name"] == "stable" and group["may_send"]
+        assert len(cfg["members"]) == 200
+
+
+def test_a_controller_that_may_not_send_to_the_group_is_refused():
+    cfgs = make_configs(4, local_groups=[{"members": [0, 1], "controllers": [0]},
+                                         {"members": [2, 3], "controllers": [3]}],
+                        stable_via="multicast", multicast=["all"])
+    raw = cfgs[0].model_dump(mode="json")
+    raw["multicast"][0]["may_send"] = False
+    with pytest.raises(ValidationError, match="may construct S but may not send"):
+        type(cfgs[0]).model_validate(raw)
+    raw = cfgs[1].model_dump(mode="json")  # member 1 is no SC: it never announces S
+    raw["multicast"][0]["may_send"] = False
+    type(cfgs[1]).model_validate(raw)
