@@ -309,16 +309,6 @@ class GsgcNode(Core):
         out.log(now, "data_sent", seq=seq, size=self.source.size, fanout=len(self._everyone_else))
         self._skipped("workload", skipped, now, out)
 
-    def set_workload(self, active: bool, now: float) -> Output:
-        """Start (until stopped, whatever `stop_s` says) or stop this sender's data messages now."""
-        if self.source is None:
-            raise ValueError(f"member {self.me} is not a sender")
-        out = Output()
-        event = self.source.set_active(active, now)
-        if event is not None:
-            out.log(now, event)
-        return out
-
     def _on_data(self, msg: Message, d: Data, now: float, out: Output) -> None:
         if not self.receipts[d.origin].add(msg.seq):
             self.counters["data_duplicate"] += 1
