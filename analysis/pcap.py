@@ -61,6 +61,7 @@ _TCP = struct.Struct("!HHIIBB")  # ports, seq, ack, data offset, flags
 _SYN, _RST = 0x02, 0x04
 _FIELD_SIZE = {"u8": 1, "u16": 2, "u32": 4}
 ENV = wire.ENVELOPE_SIZE
+_ENVELOPE = wire.ENVELOPE
 
 # reasons of TCP rows that are not messages
 TCP_NO_PAYLOAD = "TCP segment without payload (handshake, ACK or FIN)"
@@ -195,17 +196,45 @@ def _header_size_of(protocol: int) -> int:
     return size
 
 
+_CODEC_INFO: dict[int, tuple[wire.Codec, dict[int, str], int]] = {}   # protocol id -> (codec, type names, header)
+
+
+def _codec_info(protocol: int) -> tuple[wire.Codec, dict[int, str], int] | None:
+    info = _CODEC_INFO.get(protocol)
+    if info is None:
+        codec = wire.CODECS.get(protocol)
+        if codec is None:
+            return None
+        info = _CODEC_INFO[protocol] = (codec, {int(t): t.name for t in codec.types}, _header_size_of(protocol))
+    return info
+
+
 def _message(buf: bytes, size: int, captured: int) -> tuple:
     """(decoded, error, *HEADER_FIELDS) of one message of `size` bytes of which the first `captured` are in `buf`
     (the rest were cut by the snaplen). `captured` >= the envelope."""
-    truncated = captured < size
+    # The common case in one pass: a valid envelope of a registered protocol whose length is the message's.
+    magic, version, protocol, mtype, sender, length = _ENVELOPE.unpack_from(buf)
+    info = _codec_info(protocol) if magic == wire.MAGIC and version == wire.VERSION and length == size - ENV \
+        else None
+    name = info[1].get(mtype) if info is not None else None
+    if name is not None:
+        codec, _, hsize = info
+        if captured < ENV + hsize:
+            return (False, "protocol header not captured (snaplen)") + _NO_HEADER
+        try:
+            cols = codec.header_columns(mtype, memoryview(buf)[ENV:captured])
+            if captured == size:
+                wire.decode(buf)
+        except wire.DecodeError as exc:
+            return (False, str(exc)) + _NO_HEADER
+        return (True, None, wire.VERSION, protocol, codec.name, mtype, name, sender, cols.get("seq"),
+                cols.get("round"), length)
+    # Anything else: the wire's own checks name the problem.
     try:
-        if truncated:
+        if captured < size:
             env = wire.parse_envelope(buf[:ENV], exact=False)
             if captured < ENV + _header_size_of(env.protocol):
                 return (False, "protocol header not captured (snaplen)") + _NO_HEADER
-            # The headers are all there; the body was cut by the snaplen. header_fields checks the envelope
-            # against the packet size, so give it the original size (the body bytes are not looked at).
             h = wire.header_fields(bytes(buf[:captured]) + bytes(size - captured))
         else:
             h = wire.header_fields(buf)
