@@ -86,8 +86,8 @@ class Ports:
     mcast: frozenset[int] = field(default_factory=lambda: frozenset({MCAST_PORT}))
 
     def describe_node(self) -> str:
-        return "port " + ", ".join(map(str, sorted(self.node))) if len(self.node) == 1 else \
-            "ports " + ", ".join(map(str, sorted(self.node)))
+        """'port 7000' (the reasons of the packet table name the ports)."""
+        return ("port " if len(self.node) == 1 else "ports ") + ", ".join(map(str, sorted(self.node)))
 
 
 @dataclass(frozen=True)

@@ -174,3 +174,30 @@ def test_tune_value_picks_the_metric():
     assert sa.tune_value({**s, "tpr_first_round_s": None}, "round0") is None
     with pytest.raises(ValueError, match="metric 'x'"):
         sa.tune_value(s, "x")
+
+
+def test_a_sweep_of_another_protocol_takes_its_plug_ins_values(tmp_path):
+    from tests.analysis import synthetic as syn
+
+    points, selected = {}, []
+    for transport in ("udp", "tcp"):
+        for rep in (0, 1):
+            pid = f"transport-{transport}_r{rep}"
+            d = syn.make_direct_run(tmp_path / "points" / pid, transport, run_id="run")
+            points[pid] = {"id": pid, "group": f"transport-{transport}", "rep": rep, "status": "completed",
+                           "coords": {"transport": transport}, "run_dir": str(d.relative_to(tmp_path))}
+            selected.append(pid)
+    (tmp_path / "sweep.json").write_text(json.dumps({
+        "experiment_file": "direct.yaml", "repetitions": 2, "selected": selected, "points": points,
+        "axes": [{"name": "transport", "key": "protocol.direct.transport", "values": ["udp", "tcp"]}]}))
+    md = sa.analyze_sweep(tmp_path, engine="events")
+    import csv
+    agg = {r["c.transport"]: r for r in csv.DictReader((tmp_path / "analysis" / "summary.csv").open())}
+    # the synthetic direct run's delivery (tests/analysis/test_generic_metrics.py): ratios 1, 2/3, 1, 1, 1; the
+    # latency median over its 12 receipts 0.02 s, p90 0.049 s
+    assert float(agg["udp"]["delivery_ratio_mean"]) == pytest.approx(14 / 15)
+    assert float(agg["tcp"]["latency_median_s_mean"]) == pytest.approx(0.02)
+    assert float(agg["tcp"]["latency_p90_s_mean"]) == pytest.approx(0.049)
+    assert agg["udp"]["runs_measured"] == "2" and "tpr_s_mean" not in agg["udp"]
+    text = md.read_text()
+    assert "(protocol direct)" in text and "| transport | runs (measured) | delivery ratio | latency median (s) |" in text
