@@ -224,9 +224,11 @@ class Experiment(Strict):
 #   pydantic, then the checks that need the plan (schedule targets and times)
 # and every problem is located by one helper, `Source.error`: `file:line: field.path: problem`.
 
-MAX_INPUT_BYTES = 1 << 20          # experiment and hosts files are a few kB; 1 MiB is plenty
+MAX_INPUT_BYTES = 512 << 10         # experiment files are a few kB, a hosts file of 1000 hosts ~120 kB
 MAX_RENDERED_BYTES = 4 << 20       # what a template may render to
 MAX_YAML_NODES = 1_000_000         # YAML nodes after alias expansion (a "billion laughs" file has 10^9)
+MAX_MORE = 4                       # problems reported after the first one
+MAX_FLOW_DEPTH = 100               # nested [ ] and { }: PyYAML's scanner is quadratic in this depth
 MAX_INT_BITS = 4096                # results of ** and * in templates
 TEMPLATE_TIMEOUT_S = 20.0          # a template that renders longer than this is refused
 
@@ -380,15 +382,17 @@ class Source:
         return SpecError(one_line(f"{self.where(line)}: {msg}"))
 
     def validation_error(self, exc: ValidationError) -> SpecError:
-        """pydantic's errors as one line: the first problem, then the others after `; also:`."""
+        """pydantic's errors as one line: the first problem, then up to MAX_MORE others after `; also:`."""
+        errors = exc.errors()
         lines = []
-        for err in exc.errors():
+        for err in errors[:MAX_MORE + 1]:       # each is located by walking the tree: not all of 10^5 errors
             msg = str(err["msg"]).removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
             lines.append(self.message(tuple(err["loc"]), msg))
         lines = list(dict.fromkeys(lines))
-        return SpecError(lines[0] + ("; also: " + "; ".join(lines[1:]) if lines[1:] else ""))
+        more = f" (and {len(errors) - MAX_MORE - 1} more)" if len(errors) > MAX_MORE + 1 else ""
+        return SpecError(lines[0] + ("; also: " + "; ".join(lines[1:]) if lines[1:] else "") + more)
 
     def located(self, exc: Exception) -> SpecError:
         """A FieldError located in this file; any other error's message prefixed with the file (and the line of
@@ -627,8 +631,35 @@ def _scalar_culprit(loader: yaml.SafeLoader, tree: yaml.Node) -> yaml.Node | Non
     return None
 
 
+def _flow_depth_check(src: Source) -> None:
+    """Refuse deeply nested flow collections before PyYAML sees them: its scanner keeps a possible simple key
+    per flow level and rescans them for every token, so `[[[[...` of 100 kB takes minutes. Approximate (quotes
+    and comments are followed roughly): it only has to catch absurd depths."""
+    depth, quote = 0, ""               # a quoted scalar may span lines
+    for line_no, line in enumerate(src.text.split("\n"), 1):
+        comment, prev = False, "\n"
+        for ch in line:
+            if comment:
+                break
+            if quote:
+                if ch == quote and not (quote == '"' and prev == "\\"):
+                    quote = ""
+            elif ch == '"' or (ch == "'" and prev in " \t\n[{,:"):
+                quote = ch
+            elif ch == "#" and prev in " \t\n":
+                comment = True
+            elif ch in "[{":
+                depth += 1
+                if depth > MAX_FLOW_DEPTH:
+                    raise src.plain(f"malformed YAML: [ ] and {{ }} nested more than {MAX_FLOW_DEPTH} deep", line_no)
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+            prev = ch
+
+
 def load_yaml(src: Source) -> Any:
     """One YAML document from `src.text` (its node tree kept in `src.tree` for error lines)."""
+    _flow_depth_check(src)
     try:
         loader = yaml.SafeLoader(src.text)     # the reader refuses non-printable characters here
     except yaml.YAMLError as exc:
