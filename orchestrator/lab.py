@@ -109,7 +109,10 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
         try:
             backend.up(prep.plan, state, progress)
         except BaseException:
-            progress.note("build failed or interrupted: tearing down what was created")
+            try:
+                progress.note("build failed or interrupted: tearing down what was created")
+            except (OSError, ValueError):      # a terminal that hung up (SIGHUP) must not stop the teardown
+                pass
             state.status = "failed"
             state.save()
             try:

@@ -109,3 +109,28 @@ def test_a_failed_run_prints_its_run_directory(tmp_path, state_dir):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"].startswith("failed: --strict-shaping"), manifest["status"]
     assert lab_namespaces(name) == [] and name not in list_labs()
+
+
+def test_sighup_during_up_removes_what_was_built(tmp_path, state_dir):
+    """`up` handles a hang-up like Ctrl-C and SIGTERM: what was built is removed."""
+    name = unique_lab("u")
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(f"name: {name}\ntopology: {{kind: tree, nodes: 200, degree: 4}}\nlinks: {{rate: 1mbit, delay: 2ms}}\n")
+    p = subprocess.Popen([*ORCH, "up", str(f)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not lab_namespaces(name) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.05)                   # building: the first namespaces exist
+        assert p.poll() is None, "up finished before it could be interrupted"
+        p.send_signal(signal.SIGHUP)
+        out, errs = p.communicate(timeout=180)
+        assert p.returncode != 0 and "tearing down what was created" in errs, errs[-2000:]
+        assert lab_namespaces(name) == [] and name not in list_labs()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        if name in list_labs():
+            cli("teardown", name)
+        assert lab_namespaces(name) == []

@@ -4,9 +4,11 @@ experiment (hosts list) or one SpecError line naming the file; never another exc
 per-input bound, not a speed assertion), and through the CLI exit 2 with nothing built."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -53,6 +55,7 @@ def bounded(seconds: int = HANG_S):
 
 
 WORKDIR = Path(tempfile.mkdtemp(prefix="fuzz-inputs-"))
+atexit.register(shutil.rmtree, WORKDIR, True)
 (WORKDIR / "id_test").write_text("only its existence is checked\n")
 
 
