@@ -511,7 +511,7 @@ def _template_line(exc: BaseException) -> int | None:
 
 def render(text: str, path: str, variables: dict[str, Any] | None = None) -> Source:
     """Render Jinja2 when the file uses it ({{ }} or {% %}), sandboxed; undefined variables are errors."""
-    if "{{" not in text and "{%" not in text and "{#" not in text:
+    if "{{" not in text and "{%" not in text:
         return Source(path, text)
     env = _Sandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
@@ -540,7 +540,7 @@ def render(text: str, path: str, variables: dict[str, Any] | None = None) -> Sou
     except RecursionError:
         raise SpecError(f"{path}: template error: nested or recursive too deeply") from None
     except (_TemplateLimit, jinja2.TemplateError, ArithmeticError, ValueError, TypeError, LookupError,
-            AttributeError, MemoryError) as exc:
+            AttributeError, RuntimeError, MemoryError) as exc:
         line = _template_line(exc)
         msg = getattr(exc, "message", None) or str(exc) or exc.__class__.__name__
         raise SpecError(one_line(f"{path}:{line or '?'}: template error: {msg}")) from None
