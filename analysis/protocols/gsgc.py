@@ -38,7 +38,9 @@ from analysis.doc import Doc, Figure, Heading, Para, Table, fmt
 from analysis.metrics import msg_bytes
 from analysis.protocols import MetricsContext, ProtocolAnalysis, ReportContext, register
 
-GOSSIP_TYPES = ("GOSSIP", "SC_GOSSIP", "STABLE", "LIVE")
+# Every GSGC control type (gossip with and without S, the STABLE and LOCAL_STABLE results, LIVE); the wire
+# registry is the authority: a test checks this is its non-data types.
+GOSSIP_TYPES = ("GOSSIP", "SC_GOSSIP", "STABLE", "LIVE", "GOSSIP_M", "SC_GOSSIP_M", "LOCAL_STABLE")
 DATA_TYPES = ("DATA", "REPAIR")
 
 

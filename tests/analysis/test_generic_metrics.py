@@ -122,3 +122,13 @@ def test_a_direct_run_end_to_end_and_a_comparison_of_two_protocols(spark, tmp_pa
     text = (cmp / "report.md").read_text()
     assert "the runs used different protocols (direct, gsgc)" in text and "TPR against the step interval" in text
     assert (cmp / "tpr_vs_step.csv").exists()
+
+
+def test_gsgc_gossip_types_are_the_wires_control_types():
+    from gossipnode import wire
+
+    from analysis.protocols.gsgc import DATA_TYPES, GOSSIP_TYPES
+
+    codec = wire.BY_NAME["gsgc"]
+    assert set(DATA_TYPES) == wire.data_types()["gsgc"]
+    assert set(GOSSIP_TYPES) | set(DATA_TYPES) == {t.name for t in codec.types} - {"NAK"}
