@@ -11,7 +11,7 @@ TOPOLOGY = "name: plab\ntopology: {kind: tree, nodes: 9, degree: 4}\n"
 
 
 @pytest.mark.parametrize("text,words", [
-    (TOPOLOGY + "protocol:\n  pbcastt: {fanout: 1}\n", ["bad.yaml:4: protocol:", "unknown protocol 'pbcastt'",
+    (TOPOLOGY + "protocol:\n  pbcastt: {fanout: 1}\n", ["bad.yaml:3: protocol:", "unknown protocol 'pbcastt'",
                                                            "available: gsgc, direct"]),
     (TOPOLOGY + "protocol:\n  gsgc:\n    subgroup: 3\n    step: 2s\n    stepp: 1s\n",
      ["bad.yaml:7: protocol.gsgc.stepp:", "unknown key"]),
