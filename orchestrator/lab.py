@@ -227,19 +227,24 @@ def status(lab: str) -> dict:
     }
 
 
-def probe_group(lab: str, group: str, count: int = 100, size: int = 100, sender: str | None = None,
-                capture: bool = True) -> dict:
-    """The multicast check of one group on a running lab (see orchestrator.mcast.probe)."""
-    from orchestrator.mcast.probe import probe_group as run_probe
-
+def _healthy_lab(lab: str):
+    """(state, plan, popen in a node) of a running lab that its backend finds healthy; OrchestratorError if not."""
     state = load_state(lab)
     plan = state.load_plan()
     backend = get_backend(state.backend)
     problems = backend.health(state)
     if problems:
         raise OrchestratorError(f"lab {lab} is not healthy: {'; '.join(problems)}")
-    return run_probe(plan, lambda node, argv, **kw: backend.popen(state, node, argv, **kw), group, count=count,
-                     size=size, sender=sender, capture=capture)
+    return state, plan, lambda node, argv, **kw: backend.popen(state, node, argv, **kw)
+
+
+def probe_group(lab: str, group: str, count: int = 100, size: int = 100, sender: str | None = None,
+                capture: bool = True) -> dict:
+    """The multicast check of one group on a running lab (see orchestrator.mcast.probe)."""
+    from orchestrator.mcast.probe import probe_group as run_probe
+
+    _, plan, popen = _healthy_lab(lab)
+    return run_probe(plan, popen, group, count=count, size=size, sender=sender, capture=capture)
 
 
 def probe_network(lab: str, links: int = 4, paths: int = 2, count: int = 10, seed: int = 0,
@@ -247,12 +252,6 @@ def probe_network(lab: str, links: int = 4, paths: int = 2, count: int = 10, see
     """The fidelity probe on a running lab (see orchestrator.fidelity.probe)."""
     from orchestrator import fidelity
 
-    state = load_state(lab)
-    plan = state.load_plan()
-    backend = get_backend(state.backend)
-    problems = backend.health(state)
-    if problems:
-        raise OrchestratorError(f"lab {lab} is not healthy: {'; '.join(problems)}")
-    return fidelity.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),
-                          links=links, paths=paths, count=count, seed=seed, rate=rate,
+    state, plan, popen = _healthy_lab(lab)
+    return fidelity.probe(plan, state.shaper, popen, links=links, paths=paths, count=count, seed=seed, rate=rate,
                           parameters=shaping_parameters(plan, state.shaper))

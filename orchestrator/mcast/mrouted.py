@@ -36,6 +36,7 @@ import struct
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.errors import BackendError, OrchestratorError
@@ -75,6 +76,24 @@ def _setns(fd: int) -> None:
     setns(fd)
 
 
+@contextmanager
+def in_netns(path: str):
+    """Run the block inside the network namespace at `path` (this thread only), then come back."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+
+
 class Router:
     """One namespace's multicast routing socket, its vifs and routes."""
 
@@ -91,13 +110,7 @@ class Router:
 
     def install(self) -> None:
         """setns into the namespace, open the socket there, register vifs and routes, come back."""
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            target = os.open(self.netns, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _setns(target)
-            finally:
-                os.close(target)
+        with in_netns(self.netns):
             try:
                 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, IPPROTO_IGMP)
                 self.sock = s
@@ -113,10 +126,6 @@ class Router:
                 s.setblocking(False)
             except OSError as exc:
                 raise OSError(exc.errno, f"{self.node}: {exc.strerror}") from None
-            finally:
-                _setns(own)
-        finally:
-            os.close(own)
 
     def drain(self) -> None:
         while True:
@@ -128,19 +137,8 @@ class Router:
 
     def cache(self) -> dict:
         """The namespace's MFC as the kernel shows it (/proc/net/ip_mr_cache read inside the namespace)."""
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            target = os.open(self.netns, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _setns(target)
-            finally:
-                os.close(target)
-            try:
-                text = Path("/proc/thread-self/net/ip_mr_cache").read_text()
-            finally:
-                _setns(own)
-        finally:
-            os.close(own)
+        with in_netns(self.netns):
+            text = Path("/proc/thread-self/net/ip_mr_cache").read_text()
         return parse_cache(text)
 
 

@@ -13,6 +13,7 @@ from orchestrator.backends.netns import NETNS_DIR
 from .helpers import cli
 
 GOOD_TOPOLOGY = "topology: {kind: tree, nodes: 9, degree: 4}\n"
+PROTOCOL_BASE = "name: lab1\n" + GOOD_TOPOLOGY
 
 
 def _netns() -> set[str]:
@@ -28,6 +29,20 @@ def _netns() -> set[str]:
     ("name: lab1\n" + GOOD_TOPOLOGY + "links:\n  loss: 120%\n", ["bad.yaml:4: links.loss:", "outside 0..100"]),
     ("name: lab1\ntopology:\n  kind: tree\n  nodes: [1, 2\n", ["bad.yaml:", "malformed YAML"]),
     ("name: 'x; rm -rf /'\n" + GOOD_TOPOLOGY, ["bad.yaml:1: name:", "metacharacters"]),
+    # the protocol and multicast sections (validated against the node's models and the plan's groups)
+    (PROTOCOL_BASE + "protocol:\n  pbcastt: {fanout: 1}\n", ["bad.yaml:3: protocol:", "unknown protocol 'pbcastt'",
+                                                           "available: gsgc, direct"]),
+    (PROTOCOL_BASE + "protocol:\n  gsgc:\n    subgroup: 3\n    step: 2s\n    stepp: 1s\n",
+     ["bad.yaml:7: protocol.gsgc.stepp:", "unknown key"]),
+    (PROTOCOL_BASE + "protocol:\n  gsgc: {subgroup: 0, step: 2s}\n", ["bad.yaml:4: protocol.gsgc.subgroup:",
+                                                                  "greater than or equal to 1"]),
+    (PROTOCOL_BASE + "protocol:\n  gsgc: {subgroup: 2, step: soon}\n", ["bad.yaml:4: protocol.gsgc.step:", "time"]),
+    (PROTOCOL_BASE + "protocol:\n  direct: {transport: sctp}\n", ["bad.yaml:4: protocol.direct.transport:",
+                                                             "'udp', 'tcp' or 'mcast'"]),
+    (PROTOCOL_BASE + "protocol: {gsgc: {subgroup: 1, step: 1s}, direct: {}}\n", ["bad.yaml:3: protocol:",
+                                                                            "exactly one protocol"]),
+    (PROTOCOL_BASE + "multicast:\n  groups:\n    - {name: g, address: 10.1.2.3}\n",
+     ["bad.yaml:5: multicast.groups[0].address:", "not a multicast address"]),
 ])
 @pytest.mark.parametrize("command", ["up", "run"])
 def test_bad_experiment_is_exit_2_one_line_nothing_created(tmp_path, state_dir, text, words, command):
