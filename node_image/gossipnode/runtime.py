@@ -208,8 +208,7 @@ class NodeRuntime:
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
         self._event("node_started", id=self.cfg.id, pid=os.getpid(), listen=self.cfg.listen, n=self.cfg.n,
                     senders=self.cfg.senders, protocol=self.cfg.protocol.model_dump(mode="json"),
-                    multicast=[g.name for g in self.cfg.multicast], wait_for_start=self.cfg.wait_for_start,
-                    **self._legacy_fields())
+                    multicast=[g.name for g in self.cfg.multicast], wait_for_start=self.cfg.wait_for_start)
         flusher = asyncio.ensure_future(self._flush_periodically())
         if not self.cfg.wait_for_start:
             self.start_protocol()
@@ -237,14 +236,6 @@ class NodeRuntime:
                         protocol=self.core.snapshot() if self.core else None)
             self._log.close()
         return self.stop_reason
-
-    def _legacy_fields(self) -> dict[str, Any]:
-        """GSGC's parameters as the first wave's `node_started` carried them (older analyses read them)."""
-        p = self.cfg.protocol
-        if p.name != "gsgc":
-            return {}
-        return {"subgroup": p.subgroup, "step_s": p.step_s, "fail_k": p.fail_k,
-                "local_groups": p.local_groups is not None}
 
     def _uses_tcp(self) -> bool:
         return bool(getattr(self.cfg.protocol, "uses_tcp", False) or getattr(self.cfg.protocol, "transport", "")

@@ -36,7 +36,6 @@ import struct
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.errors import BackendError, OrchestratorError
@@ -70,28 +69,11 @@ def mfcctl(origin: str, group: str, parent: int, oifs: list[int]) -> bytes:
     return MFCCTL.pack(socket.inet_aton(origin), socket.inet_aton(group), parent, bytes(ttls), 0, 0, 0, 0)
 
 
-def _setns(fd: int) -> None:
-    from orchestrator.shaping.nfqueue import setns
-
-    setns(fd)
-
-
-@contextmanager
 def in_netns(path: str):
-    """Run the block inside the network namespace at `path` (this thread only), then come back."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _setns(target)
-        finally:
-            os.close(target)
-        try:
-            yield
-        finally:
-            _setns(own)
-    finally:
-        os.close(own)
+    """The delay line's namespace entry (orchestrator.shaping.nfqueue.in_netns), imported when first used."""
+    from orchestrator.shaping.nfqueue import in_netns as enter
+
+    return enter(path)
 
 
 class Router:
