@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.mcast.tree import member_endpoints
-from orchestrator.protocols import SECTIONS, Context, local_groups  # noqa: F401 (local_groups: re-exported)
+from orchestrator.protocols import SECTIONS, Context
 from orchestrator.plan import NetworkPlan
 from orchestrator.spec import Experiment
 from orchestrator.units import parse_time

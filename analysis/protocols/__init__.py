@@ -145,4 +145,9 @@ GENERIC = Generic()
 
 
 def _load() -> None:
-    from analysis.protocols import direct, gsgc  # noqa: F401 - each registers its plug-in
+    """Import every module of this package (`analysis/protocols/<name>.py`): each registers its plug-in."""
+    import importlib
+    import pkgutil
+
+    for mod in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{mod.name}")

@@ -6,6 +6,7 @@ and validated by that protocol's model (`gossipnode.protocols.registry`).
 """
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import json
 from pathlib import Path
@@ -14,12 +15,11 @@ from typing import Annotated, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .model import Strict
-from .protocols.direct.params import DirectParams
-from .protocols.gsgc.params import GsgcParams
+from .protocols import names as _protocol_names
 
-# Every protocol's parameter model; `name` is the discriminator. A new protocol adds its model here and in
-# protocols/registry.py.
-ProtocolParams = Annotated[Union[GsgcParams, DirectParams], Field(discriminator="name")]
+# Every protocol's parameter model (`protocols/<name>/params.py`'s `PARAMS`); `name` is the discriminator.
+_PARAMS = tuple(importlib.import_module(f"gossipnode.protocols.{n}.params").PARAMS for n in _protocol_names())
+ProtocolParams = Annotated[Union[_PARAMS], Field(discriminator="name")]
 
 
 def parse_addr(text: str) -> tuple[str, int]:

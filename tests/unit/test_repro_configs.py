@@ -7,7 +7,8 @@ import pytest
 
 from orchestrator.errors import SpecError
 from orchestrator.plan import build_plan
-from orchestrator.nodeconfig import local_groups, node_configs
+from orchestrator.nodeconfig import node_configs
+from orchestrator.protocols.gsgc import local_groups
 from orchestrator.spec import parse_experiment
 
 EXP = """

@@ -1,20 +1,19 @@
 """The protocols the node can run, by name: each one's core class, parameter model and wire codec.
 
-Adding a protocol: a package `protocols/<name>/` with `params.py` (a `Strict` model with `name: Literal[...]` and
-`check(cfg)`), `wire.py` (its `Codec`, registered), `core.py` (a `base.Core`); one line in `wires.py`, one entry
-in `ProtocolParams` (config.py) and one here. node_image/README.md, "Adding a protocol", walks through GSGC.
+Built from `protocols.names()`: a package `protocols/<name>/` with `params.py` (a `Strict` model with
+`name: Literal["<name>"]`, exported as `PARAMS`), `wire.py` (its `Codec`, registered under `<name>`) and `core.py`
+(a `base.Core`, exported as `CORE`) is a protocol; nothing else lists them. node_image/README.md, "Adding a
+protocol", walks through GSGC.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 from gossipnode import wire
 
+from . import names
 from .base import Core
-from .direct.core import DirectNode
-from .direct.params import DirectParams
-from .gsgc.core import GsgcNode
-from .gsgc.params import GsgcParams
 
 
 @dataclass(frozen=True)
@@ -25,12 +24,13 @@ class ProtocolSpec:
     codec: wire.Codec
 
 
-PROTOCOLS: dict[str, ProtocolSpec] = {
-    spec.name: spec for spec in (
-        ProtocolSpec("gsgc", GsgcNode, GsgcParams, wire.BY_NAME["gsgc"]),
-        ProtocolSpec("direct", DirectNode, DirectParams, wire.BY_NAME["direct"]),
-    )
-}
+def _spec(name: str) -> ProtocolSpec:
+    pkg = f"{__package__}.{name}"
+    return ProtocolSpec(name, importlib.import_module(f"{pkg}.core").CORE,
+                        importlib.import_module(f"{pkg}.params").PARAMS, wire.BY_NAME[name])
+
+
+PROTOCOLS: dict[str, ProtocolSpec] = {name: _spec(name) for name in names()}
 
 
 def get(name: str) -> ProtocolSpec:

@@ -1,3 +1,7 @@
-"""Every protocol's wire module, imported for its `wire.register` side effect. A new protocol adds one line."""
-from .direct import wire as _direct  # noqa: F401
-from .gsgc import wire as _gsgc  # noqa: F401
+"""Every protocol's wire module, imported for its `wire.register` side effect (found by `protocols.names()`)."""
+import importlib
+
+from . import names
+
+for _name in names():
+    importlib.import_module(f"{__package__}.{_name}.wire")

@@ -81,3 +81,5 @@ class DirectNode(Core):
             "connections": {str(p): e for p, e in sorted(self.connections.items())},
             "counters": dict(sorted(self.counters.items())),
         }
+
+CORE = DirectNode

@@ -26,3 +26,5 @@ class DirectParams(Strict):
                 raise ValueError("transport mcast needs a multicast group in the config (`multicast:`)")
             if self.group is not None:
                 cfg.group(self.group)
+
+PARAMS = DirectParams

@@ -505,3 +505,5 @@ class GsgcNode(Core):
             state["suspected"] = sorted(self.fd.suspected)
             state["L"] = list(self.fd.live)
         return state
+
+CORE = GsgcNode

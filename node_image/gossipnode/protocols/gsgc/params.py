@@ -95,3 +95,5 @@ class GsgcParams(Strict):
             if announces and not group.may_send:
                 raise ValueError(f"stable_via multicast: member {cfg.id} may construct S but may not send to "
                                  f"group {group.name!r}")
+
+PARAMS = GsgcParams

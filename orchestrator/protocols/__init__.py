@@ -7,16 +7,18 @@ The section is a union discriminated by that key. Each protocol's experiment-sid
 node's own parameter model (`gossipnode.protocols.<name>.params`), so a parameter exists, and is checked, in one
 place: a node field `x_s` (seconds) is written `x` in the experiment file with a unit (`2s`, `700ms`), every other
 field keeps its name, and constraints (ranges, literals, unknown keys) are the node's. A protocol may add
-orchestrator-side keys that are turned into node fields once the plan is known (GSGC's `local`, drawn local
-groups, and `sender_drops_per_step`): `ADAPTERS` holds them. Errors come out like every spec error
+orchestrator-side keys that are turned into node fields once the plan is known, and checks that need the plan
+(GSGC's `local`, drawn local groups, and `sender_drops_per_step`): its module `orchestrator/protocols/<name>.py`
+exports them as `ADAPTER`, found by name like the node's protocol packages. Errors come out like every spec error
 (`file.yaml:LINE: protocol.gsgc.subgroup: ...`), before anything is built.
 """
 from __future__ import annotations
 
 import copy
-import random
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_serializer, model_validator
@@ -32,31 +34,6 @@ def _seconds(v: Any) -> Any:
         except SpecError as exc:
             raise ValueError(str(exc)) from None
     return v
-
-
-class LocalSpec(BaseModel):
-    """GSGC §5's local groups, drawn at random once the number of members is known."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    group_size: int = Field(ge=1)
-    controllers: int = Field(default=1, ge=1)
-    seed: int | None = None
-
-
-def local_groups(n: int, spec: dict, seed: int) -> list[dict]:
-    """§5's local groups, drawn at random: members 0..n-1 shuffled, cut into round(n / group_size) groups of
-    near-equal size, the first `controllers` of each group its stability controllers. `spec`: `{group_size,
-    controllers, seed (default: the experiment's)}`."""
-    extra = set(spec) - {"group_size", "controllers", "seed"}
-    size, scs = spec.get("group_size"), spec.get("controllers", 1)
-    if extra or not isinstance(size, int) or size < 1 or not isinstance(scs, int) or scs < 1:
-        raise SpecError(f"protocol.gsgc.local: expected {{group_size: N >= 1, controllers: N >= 1, seed: N}}, "
-                        f"got {spec!r}")
-    ids = list(range(n))
-    random.Random(f"{spec.get('seed', seed)}/local-groups").shuffle(ids)
-    k = max(1, round(n / size))
-    groups = [ids[i * n // k:(i + 1) * n // k] for i in range(k)]
-    return [{"members": sorted(g), "controllers": sorted(g[:scs])} for g in groups]
 
 
 @dataclass(frozen=True)
@@ -75,25 +52,18 @@ class Adapter:
     to_node: Callable[[dict[str, Any], Context], dict[str, Any]] = lambda params, _ctx: params
 
 
-def _gsgc_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    local = params.pop("local", None)
-    if local is not None:       # generated local groups (§5); `local_groups` lists them explicitly
-        params["local_groups"] = local_groups(ctx.members, local, ctx.seed)
-    drops = params.pop("sender_drops_per_step", None)
-    if drops:                   # Simulation II: this many GOSSIP copies lost at the senders per step, group-wide
-        params["gossip_drop_p"] = min(1.0, float(drops) / (ctx.members * int(params.get("subgroup", 1))))
-    return params
+def _adapters() -> dict[str, Adapter]:
+    """Each protocol's orchestrator-side module `orchestrator/protocols/<name>.py` (optional): its `ADAPTER`."""
+    from gossipnode.protocols import names
+
+    found = {}
+    for name in names():
+        if (Path(__file__).parent / f"{name}.py").is_file():
+            found[name] = importlib.import_module(f"{__name__}.{name}").ADAPTER
+    return found
 
 
-ADAPTERS: dict[str, Adapter] = {
-    "gsgc": Adapter(
-        extra_fields={
-            "local": (LocalSpec | None, None),
-            "sender_drops_per_step": (float | None, Field(default=None, ge=0)),
-        },
-        to_node=_gsgc_to_node,
-    ),
-}
+ADAPTERS: dict[str, Adapter] = _adapters()
 
 
 def _experiment_model(name: str, params: type[BaseModel]) -> tuple[type[BaseModel], dict[str, str]]:
