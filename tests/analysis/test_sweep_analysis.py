@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,30 @@ from analysis import sweep as sa
 
 def test_mean_ci_uses_student_t():
     m, ci = sa.mean_ci([10.0, 12.0])
-    assert m == 11.0 and ci == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
+    assert m == 11.0 and ci == pytest.approx(12.7062 * math.sqrt(2) / math.sqrt(2), rel=1e-4)
     assert sa.mean_ci([5.0]) == (5.0, None) and sa.mean_ci([]) == (None, None)
     assert sa.mean_ci([1.0, None, float("inf"), 3.0])[0] == 2.0
-    assert sa.t975(100) == 1.96
+
+
+
+@pytest.mark.parametrize("df, q", [(1, 12.7062), (2, 4.3027), (10, 2.2281), (30, 2.0423), (31, 2.0395),
+                                   (40, 2.0211), (60, 2.0003), (100, 1.9840), (120, 1.9799), (1000, 1.9623)])
+def test_t975_is_the_student_t_quantile_above_30_df_too(df, q):
+    """Printed tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2, 4 decimals): above 30 degrees of freedom the
+    quantile is still above the normal's 1.96, so a fixed 1.96 made the intervals of 31..∞ repetitions too narrow."""
+    assert sa.t975(df) == pytest.approx(q, abs=6e-5)
+    assert sa.t975(df) > 1.959964
+
+
+def test_t975_rejects_no_degrees_of_freedom():
+    with pytest.raises(ValueError):
+        sa.t975(0)
+
+
+def test_mean_ci_of_many_repetitions_uses_t_not_196():
+    xs = [float(i % 7) for i in range(41)]                  # 40 degrees of freedom
+    m, ci = sa.mean_ci(xs)
+    assert ci == pytest.approx(2.0211 * statistics.stdev(xs) / math.sqrt(41), rel=1e-4)
 
 
 def test_queue_stats_pool_every_direction():
@@ -112,7 +133,7 @@ def test_a_synthetic_sweep_gives_one_point_per_b_and_step_with_ci(tmp_path):
     agg = list(csv.DictReader((out / "summary.csv").open()))
     one = next(r for r in agg if r["c.subgroup"] == "3" and r["c.step"] == "4s")
     assert float(one["tpr_s_mean"]) == pytest.approx(40 / 3 + 0.5)      # round 0 left out; reps 0 and 1
-    assert float(one["tpr_s_ci95"]) == pytest.approx(12.706 * math.sqrt(0.5) / math.sqrt(2))
+    assert float(one["tpr_s_ci95"]) == pytest.approx(12.7062 * math.sqrt(0.5) / math.sqrt(2), rel=1e-4)
     assert float(one["max_queue_mean"]) == 2 and float(one["avg_queue_mean"]) == 2
     assert len(list(csv.DictReader((out / "points.csv").open()))) == 12
     text = md.read_text()
