@@ -1,0 +1,257 @@
+"""QSM's two-level membership (§2.1, Figure 4) and partitions (§2.3.1), the token's NAK-set algebra (§2.3.3) and
+the rate-control formulas (§2.4). Pure: no I/O, no time, no randomness.
+
+- `compute_regions`: group views -> region views. A region is the set of members that belong to exactly the same
+  set of groups; every member is in exactly one region; a group is the union of its regions.
+- `Region`: a region view split into p = max(1, floor(n / R)) partitions, the k-th member (by id) in partition
+  k mod p; a packet with regional sequence number i is cached by partition i mod p. The member with the smallest
+  id of a partition leads it; the leader of partition 0 leads the region. The torus (Figure 5): the token goes
+  around partition 0's ring (leader first), then to the next partition's leader, ..., back to the region leader.
+- Ranges: a NAK set is a sorted tuple of disjoint, non-adjacent inclusive (first, last) ranges.
+- `merge_naks`: what a node pushes to / pulls from its ring predecessor, given both NAK sets.
+- `receiver_share`, `sender_rate`: μ_rec = min_i μ_rec^(i) / m (1) and μ_snd = max(μ_min, (1+λ)·μ_rec) (2).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+Ranges = tuple[tuple[int, int], ...]
+GROUP_NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+
+
+@dataclass(frozen=True)
+class Region:
+    """One region view: its index, the groups its members belong to, its members and its partitions."""
+
+    index: int
+    groups: tuple[str, ...]            # sorted group names
+    members: tuple[int, ...]           # sorted member ids
+    partitions: tuple[tuple[int, ...], ...]
+
+    @property
+    def name(self) -> str:
+        """The region's IP multicast group name (the experiment's `multicast:` must declare it)."""
+        return "r-" + "-".join(self.groups)
+
+    @property
+    def leader(self) -> int:
+        return self.partitions[0][0]
+
+    @property
+    def p(self) -> int:
+        return len(self.partitions)
+
+    def partition_of(self, member: int) -> int:
+        for k, part in enumerate(self.partitions):
+            if member in part:
+                return k
+        raise ValueError(f"member {member} is not in region {self.name}")
+
+    def caching_partition(self, rseq: int) -> int:
+        """The partition whose members cache the packet with regional sequence number `rseq`."""
+        return rseq % self.p
+
+    def caches(self, member: int, rseq: int) -> bool:
+        return self.partition_of(member) == self.caching_partition(rseq)
+
+    def ring(self) -> list[int]:
+        """The token's path through the region (Figure 5): each partition's ring from its leader, partitions in
+        order; the token goes from the last node back to the region leader."""
+        return [m for part in self.partitions for m in part]
+
+    def next_hop(self, member: int) -> tuple[int, str]:
+        """Where `member` passes the token: (next member, "intra" | "inter" | "home"). Inside a partition the token
+        goes round the partition's ring and back to its leader ("intra"); the leader then passes it to the next
+        partition's leader ("inter"), the last partition's leader back to the region leader ("home")."""
+        k = self.partition_of(member)
+        part = self.partitions[k]
+        i = part.index(member)
+        if i + 1 < len(part):
+            return part[i + 1], "intra"
+        if len(part) > 1 and i == len(part) - 1:
+            return part[0], "intra"            # back to the partition leader, which then passes it on
+        raise AssertionError("unreachable")    # a single-node partition's leader uses leader_hop
+
+    def leader_hop(self, k: int) -> tuple[int, str]:
+        """Partition k's leader, done with its own ring: the next partition's leader, or home to the region leader."""
+        if k + 1 < self.p:
+            return self.partitions[k + 1][0], "inter"
+        return self.partitions[0][0], "home"
+
+
+def resolve_members(spec: str | Iterable[int | str], names: Mapping[str, int], n: int, what: str) -> list[int]:
+    """A group's `members`/`senders` as member ids: "all", or a list of member ids or member names."""
+    if spec == "all":
+        return list(range(n))
+    if isinstance(spec, str):
+        raise ValueError(f"{what}: expected 'all' or a list of members, got {spec!r}")
+    out: list[int] = []
+    for m in spec:
+        if isinstance(m, int) and not isinstance(m, bool):
+            if not 0 <= m < n:
+                raise ValueError(f"{what}: member id {m} is not a member (ids 0..{n - 1})")
+            out.append(m)
+        elif isinstance(m, str) and m in names:
+            out.append(names[m])
+        else:
+            raise ValueError(f"{what}: {m!r} is not a member")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what}: a member is listed twice")
+    return out
+
+
+def compute_regions(groups: Mapping[str, Iterable[int]], n: int, partition_size: int) -> list[Region]:
+    """Group views -> region views (§2.1): a region per distinct set of groups, members 0..n-1. ValueError for a
+    member in no group, an unknown member, an empty group, a bad name or partition_size < 1."""
+    if partition_size < 1:
+        raise ValueError(f"partition_size (R) must be at least 1, got {partition_size}")
+    if not groups:
+        raise ValueError("no groups")
+    of: dict[int, list[str]] = {m: [] for m in range(n)}
+    for g, members in sorted(groups.items()):
+        if not GROUP_NAME.match(g):
+            raise ValueError(f"group name {g!r}: 1-8 characters a-z, 0-9, starting with a letter")
+        ms = list(members)
+        if not ms:
+            raise ValueError(f"group {g!r} has no members")
+        for m in ms:
+            if m not in of:
+                raise ValueError(f"group {g!r}: {m!r} is not a member (ids 0..{n - 1})")
+            of[m].append(g)
+    lonely = [m for m, gs in of.items() if not gs]
+    if lonely:
+        raise ValueError(f"members {lonely} belong to no group")
+    by_key: dict[tuple[str, ...], list[int]] = {}
+    for m, gs in of.items():
+        by_key.setdefault(tuple(sorted(gs)), []).append(m)
+    regions = []
+    for index, key in enumerate(sorted(by_key)):
+        members = sorted(by_key[key])
+        p = max(1, len(members) // partition_size)
+        parts = tuple(tuple(members[k::p]) for k in range(p))
+        regions.append(Region(index, key, tuple(members), parts))
+    return regions
+
+
+def regions_of_group(regions: Iterable[Region], group: str) -> list[Region]:
+    return [r for r in regions if group in r.groups]
+
+
+# ---- NAK sets ---------------------------------------------------------------------------------------------------
+
+def to_ranges(seqs: Iterable[int]) -> Ranges:
+    out: list[list[int]] = []
+    for s in sorted(set(seqs)):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return tuple((a, b) for a, b in out)
+
+
+def expand(ranges: Ranges) -> list[int]:
+    return [s for a, b in ranges for s in range(a, b + 1)]
+
+
+def normalise(ranges: Iterable[tuple[int, int]]) -> Ranges:
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if a > b:
+            continue
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return tuple((a, b) for a, b in out)
+
+
+def intersect(x: Ranges, y: Ranges) -> Ranges:
+    out = []
+    i = j = 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if a <= b:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return normalise(out)
+
+
+def subtract(x: Ranges, y: Ranges) -> Ranges:
+    """The seqs in x but not in y."""
+    out = []
+    for a, b in x:
+        lo = a
+        for c, d in y:
+            if d < lo or c > b:
+                continue
+            if c > lo:
+                out.append((lo, c - 1))
+            lo = max(lo, d + 1)
+            if lo > b:
+                break
+        if lo <= b:
+            out.append((lo, b))
+    return normalise(out)
+
+
+def count(ranges: Ranges) -> int:
+    return sum(b - a + 1 for a, b in ranges)
+
+
+def merge_naks(predecessor: Ranges, mine: Ranges) -> tuple[Ranges, Ranges]:
+    """§2.3.3 at a node that receives the token from its ring predecessor in the same partition:
+    (push, pull). "All NAKs reported by the predecessor, but not reported by the successor are to be forwarded
+    (push) by the successor to the predecessor. All NAKs reported by the successor, but not the predecessor are to
+    be requested (pull) from the predecessor." Seqs both miss are in neither (they go into the partition's
+    collective NAK, the running intersection)."""
+    return subtract(predecessor, mine), subtract(mine, predecessor)
+
+
+# ---- rate control -----------------------------------------------------------------------------------------------
+
+def receiver_share(node_rates: Iterable[float], senders: int) -> float:
+    """(1): μ_rec = min_i μ_rec^(i) / m, m the number of senders currently multicasting into the region (>= 1)."""
+    rates = list(node_rates)
+    if not rates:
+        raise ValueError("no receiver rates")
+    return min(rates) / max(1, senders)
+
+
+def sender_rate(mu_rec: float, growth: float, mu_min: float) -> float:
+    """(2): μ_snd = max(μ_min, (1 + λ)·μ_rec)."""
+    return max(mu_min, (1.0 + growth) * mu_rec)
+
+
+class MovingRate:
+    """A node's μ_rec^(i): new packets per interval Δ, averaged over the last k intervals (§2.4: k = 10, Δ = 1 s).
+    Before k intervals have passed, the average is over the intervals so far."""
+
+    def __init__(self, k: int, interval: float, now: float) -> None:
+        self.k = k
+        self.interval = interval
+        self.start = now
+        self.current = 0
+        self.samples: list[float] = []
+
+    def add(self, now: float, packets: int = 1) -> None:
+        self.roll(now)
+        self.current += packets
+
+    def roll(self, now: float) -> None:
+        while now >= self.start + self.interval:
+            self.samples.append(self.current / self.interval)
+            self.samples = self.samples[-self.k:]
+            self.current = 0
+            self.start += self.interval
+
+    def rate(self, now: float) -> float | None:
+        """packets/s, or None before the first interval has ended."""
+        self.roll(now)
+        if not self.samples:
+            return None
+        return sum(self.samples) / len(self.samples)
