@@ -29,12 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.backends import netns  # noqa: E402
+from orchestrator.backends.mininet import NODE_SYSCTLS  # noqa: E402
 from orchestrator.shaping import nfqueue as nfq  # noqa: E402
 from orchestrator.shaping.delayline import (  # noqa: E402
     DelayLineClient,
     QueueSpec,
     render_config,
-    render_iface_prep,
     render_rules,
     start_delayline,
     stop_delayline,
@@ -148,11 +149,7 @@ def build(t: Tree) -> None:
                    f"route add {ip4(t.base[c])}/{32 - t.need[c].bit_length() + 1} via {t.link_ip(c, 1)} "
                    f"src {ip4(t.addr[i])}"]
         ip_batch(ls, t.ns(i))
-        with nfq.in_netns(f"/run/netns/{t.ns(i)}"):  # the rendered sysctls, written in-process (fast)
-            for path, v in (("net/ipv4/ip_forward", "1"), ("net/ipv6/conf/all/disable_ipv6", "1"),
-                            ("net/ipv6/conf/default/disable_ipv6", "1")):
-                with open(f"/proc/sys/{path}", "w") as f:
-                    f.write(v)
+        netns.write_sysctls(t.ns(i), NODE_SYSCTLS)  # what `up` writes in every node
 
 
 def queues(t: Tree, params: DirParams) -> tuple[list[QueueSpec], dict[int, list[tuple[str, int]]]]:
@@ -166,9 +163,9 @@ def queues(t: Tree, params: DirParams) -> tuple[list[QueueSpec], dict[int, list[
 
 
 def prepare_ns(ns: str, ifq: list[tuple[str, int]]) -> None:
-    script = "; ".join(" ".join(a) for i, _ in ifq for a in render_iface_prep(i)) + "; iptables-restore --noflush"
-    subprocess.run(["ip", "netns", "exec", ns, "sh", "-ec", script], input=render_rules(ifq), text=True,
-                   check=True, stdout=subprocess.DEVNULL)
+    """What `up` does in each namespace once the delay line is READY (the Mininet backend's own functions)."""
+    netns.disable_offloads(ns, [i for i, _ in ifq])
+    netns.iptables_restore(ns, render_rules(ifq))
 
 
 def teardown(t: Tree | None, proc, client) -> None:

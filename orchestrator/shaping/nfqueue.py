@@ -1,5 +1,6 @@
 """The raw netlink bits of NFQUEUE (nfnetlink_queue), stdlib only: enter a network namespace, open its
-NETLINK_NETFILTER socket, bind queues, parse queued-packet messages and build verdicts.
+NETLINK_NETFILTER socket, bind queues, parse queued-packet messages (`packet_parser`, the only parser) and
+build verdicts.
 
 Only what the delay line needs: IPv4, copy mode PACKET with a small copy range (the IP header gives the length),
 no fail-open, no GSO passthrough (the kernel segments GSO packets before queueing them), one socket per
@@ -54,6 +55,8 @@ CLONE_NEWNET = 0x40000000
 
 _NLMSGHDR = struct.Struct("=IHHII")
 _NLATTR = struct.Struct("=HH")
+_NL_LEN_TYPE = struct.Struct("=IH")
+_I32 = struct.Struct("=i")
 _U16BE = struct.Struct(">H")
 _U32BE = struct.Struct(">I")
 
@@ -142,33 +145,62 @@ def verdict(queue_num: int, packet_id: int, v: int) -> bytes:
                          v, packet_id)
 
 
-def parse_packet(buf, off: int, end: int) -> tuple[int, int, int]:
-    """(queue_num, packet_id, ip_length) of the NFQNL_MSG_PACKET at buf[off:end] (end = off + nlmsg_len).
-    The length is the IPv4 total length (NFQA_CAP_LEN, or the copied length, when it is not IPv4)."""
-    qnum = _U16BE.unpack_from(buf, off + 18)[0]
-    pkt_id = -1
-    length = 0
-    cap_len = 0
-    a = off + 20
-    while a + 4 <= end:
-        alen, atype = _NLATTR.unpack_from(buf, a)
-        if alen < 4:
-            break
-        atype &= 0x3FFF
-        if atype == NFQA_PACKET_HDR:
-            pkt_id = _U32BE.unpack_from(buf, a + 4)[0]
-        elif atype == NFQA_PAYLOAD:
-            plen = alen - 4
-            if plen >= 4 and (buf[a + 4] >> 4) == 4:
-                length = _U16BE.unpack_from(buf, a + 6)[0]
-            else:
-                length = plen
-        elif atype == NFQA_CAP_LEN:
-            cap_len = _U32BE.unpack_from(buf, a + 4)[0]
-        a += (alen + 3) & ~3
-    if not length:
-        length = cap_len
-    return qnum, pkt_id, length
+def packet_parser(copy_range: int) -> Callable:
+    """The one parser of what a queue socket delivers. Returns `parse(buf, n) -> (packets, errors)`:
+    `packets` lists (queue_num, packet_id, ip_length) of every NFQNL_MSG_PACKET in buf[:n], in order;
+    `errors` is None or the errnos of the negative NLMSG_ERROR acks among them (a rejected verdict).
+    `ip_length` is the IPv4 total length (NFQA_CAP_LEN, or the copied length, when the packet is not IPv4).
+
+    `copy_range` is the queues' copy range: the kernel puts NFQA_PACKET_HDR first and NFQA_PAYLOAD last, so a
+    packet of at least copy_range bytes is read at fixed offsets without a walk over its attributes (the hot
+    path: one call per recv, not per packet)."""
+    pay_span = (4 + copy_range + 3) & ~3
+    pay_attr = (4 + copy_range, NFQA_PAYLOAD)
+
+    def parse(buf, n: int, hdr=_NL_LEN_TYPE.unpack_from, attr=_NLATTR.unpack_from, be16=_U16BE.unpack_from,
+              be32=_U32BE.unpack_from, i32=_I32.unpack_from, pay_span=pay_span, pay_attr=pay_attr,
+              MSG_PACKET=MSG_PACKET, NFQA_PACKET_HDR=NFQA_PACKET_HDR):
+        pkts: list[tuple[int, int, int]] = []
+        append = pkts.append
+        errors = None
+        off = 0
+        while off + 16 <= n:
+            mlen, mtype = hdr(buf, off)
+            if mlen < 16:
+                break
+            end = off + mlen
+            if mtype == MSG_PACKET:
+                qnum = be16(buf, off + 18)[0]   # nfgenmsg.res_id is the queue
+                a = end - pay_span
+                if a >= off + 28 and attr(buf, off + 20)[1] == NFQA_PACKET_HDR and attr(buf, a) == pay_attr \
+                        and buf[a + 4] >> 4 == 4:
+                    append((qnum, be32(buf, off + 24)[0], be16(buf, a + 6)[0]))
+                else:
+                    pkt_id = -1
+                    length = cap_len = 0
+                    a = off + 20
+                    while a + 4 <= end:
+                        alen, atype = attr(buf, a)
+                        if alen < 4:
+                            break
+                        atype &= 0x3FFF
+                        if atype == NFQA_PACKET_HDR:
+                            pkt_id = be32(buf, a + 4)[0]
+                        elif atype == NFQA_PAYLOAD:
+                            plen = alen - 4
+                            length = be16(buf, a + 6)[0] if plen >= 4 and buf[a + 4] >> 4 == 4 else plen
+                        elif atype == NFQA_CAP_LEN:
+                            cap_len = be32(buf, a + 4)[0]
+                        a += (alen + 3) & ~3
+                    append((qnum, pkt_id, length or cap_len))
+            elif mtype == NLMSG_ERROR:
+                err = i32(buf, off + 16)[0]
+                if err:
+                    errors = (errors or []) + [-err]
+            off += (mlen + 3) & ~3
+        return pkts, errors
+
+    return parse
 
 
 # --- the socket -------------------------------------------------------------------------------------------------

@@ -1,0 +1,5 @@
+import sys
+
+from orchestrator.shaping.delayline.daemon import main
+
+sys.exit(main())
