@@ -3,7 +3,10 @@
 Every message goes through `wire.encode`/`wire.decode`, is lost with probability `loss` and otherwise delivered
 after a random latency. A multicast (`Output.mcast`) is one packet: it reaches every other member of the group
 (members whose config lists it), each copy lost independently with probability `loss`. Crashed members neither act nor receive; paused members (SIGSTOP) act and receive only
-when they resume, everything that came due meanwhile at once. All randomness comes from the seed.
+when they resume, everything that came due meanwhile at once. A restarted member is a fresh core (the process
+started again with its config). A partition cuts a set of members off from the rest: a copy that crosses the
+cut when it is sent or when it would arrive is lost (counted in `cut`); `heal` ends every partition. All
+randomness comes from the seed; partitions and restarts draw nothing from it.
 """
 from __future__ import annotations
 
@@ -74,7 +77,10 @@ class Sim:
         self.loss = loss
         self.latency = latency
         self.now = 0.0
+        self.configs = {cfg.id: cfg for cfg in configs}
         self.nodes = {cfg.id: GsgcNode(cfg, 0.0) for cfg in configs}
+        self.side: dict[int, int] = {}  # member -> its side of the active partition (absent: no partition)
+        self.cut = 0  # copies lost to a partition
         self.groups = {g.name: sorted(c.id for c in configs if any(x.name == g.name for x in c.multicast))
                        for c in configs for g in c.multicast}
         self.crashed: set[int] = set()
@@ -101,6 +107,20 @@ class Sim:
     def pause(self, node_id: int, at: float, duration: float) -> None:
         self._push(at, "pause", node_id, at + duration)
 
+    def restart(self, node_id: int, at: float) -> None:
+        """Start a crashed member again at `at`: a fresh core from its config (nothing survives a restart)."""
+        self._push(at, "restart", node_id, None)
+
+    def partition(self, members: Iterable[int], at: float) -> None:
+        """Cut `members` off from the others at `at` (both directions), until `heal`."""
+        self._push(at, "partition", -1, frozenset(members))
+
+    def heal(self, at: float) -> None:
+        self._push(at, "heal", -1, None)
+
+    def _crosses(self, a: int, b: int) -> bool:
+        return bool(self.side) and self.side.get(a, 0) != self.side.get(b, 0)
+
     def _count(self, msg: wire.Message, data: bytes) -> None:
         self.sent += 1
         self.sent_by_type[msg.type.name] += 1
@@ -120,15 +140,31 @@ class Sim:
             self._count(msg, data)
             copies.extend((dest, data) for dest in self.groups[group] if dest != node_id)
         for dest, data in copies:
+            if self.side and self._crosses(node_id, dest):
+                self.cut += 1
+                continue
             if self.rng.random() < self.loss:
                 self.lost += 1
                 continue
-            self._push(self.now + self.rng.uniform(*self.latency), "deliver", dest, data)
+            self._push(self.now + self.rng.uniform(*self.latency), "deliver", dest, (node_id, data))
 
     def run(self, until: float) -> None:
         while self._queue and self._queue[0][0] <= until:
             at, _, kind, node_id, payload = heapq.heappop(self._queue)
             self.now = at
+            if kind == "partition":
+                self.side = dict.fromkeys(payload, 1)  # type: ignore[arg-type]
+                continue
+            if kind == "heal":
+                self.side = {}
+                continue
+            if kind == "restart":
+                if node_id in self.crashed:
+                    self.crashed.discard(node_id)
+                    self.nodes[node_id] = GsgcNode(self.configs[node_id], at)
+                    self._record(node_id, self.nodes[node_id].startup)
+                    self._push(self.nodes[node_id].next_wakeup(), "tick", node_id, None)
+                continue
             if node_id in self.crashed:
                 continue
             resume = self.paused_until.get(node_id, 0.0)
@@ -146,7 +182,11 @@ class Sim:
                 self._record(node_id, node.tick(at))
                 self._push(node.next_wakeup(), "tick", node_id, None)
             else:
-                self._record(node_id, node.receive(wire.decode(payload), at))  # type: ignore[arg-type]
+                src, data = payload  # type: ignore[misc]
+                if self.side and self._crosses(src, node_id):  # cut while in flight
+                    self.cut += 1
+                    continue
+                self._record(node_id, node.receive(wire.decode(data), at))
             for observe in self.observers:
                 observe(self)
         self.now = until

@@ -87,11 +87,17 @@ class GsgcNode(Core):
         self.sc = RoundState(self.group_index, self.m, now) if self.is_sc else None
         self._all_groups = (1 << len(groups)) - 1 if groups else 0
 
+        self.rejoin = p.rejoin_probe_steps  # None: no probes, Figure 3 alone (README: Rejoin)
         self.fd = (
-            FailureDetector(self.me, self.n, p.fail_k, p.suspect_threshold or p.fail_k, scope)
+            FailureDetector(self.me, self.n, p.fail_k, p.suspect_threshold or p.fail_k, scope,
+                            grounded_only=self.rejoin is not None)
             if p.fail_k is not None
             else None
         )
+        self._declared_at: dict[int, float] = {}  # member -> when this member declared it failed
+        self._admit_after: dict[int, int] = {}  # readmitted member -> the main round it is not yet required in
+        self._steps_taken = 0
+        self._last_probed = -1
         self._refresh_views()
 
         self.main_clock = StepClock(p.step_s, now, self.rng)
@@ -110,7 +116,8 @@ class GsgcNode(Core):
 
     def _refresh_views(self) -> None:
         self._main_peers = [j for j in self.group if j != self.me and self._alive(j)]
-        self._required_main = sum(1 << self._bit_of[j] for j in self.group if self._alive(j))
+        self._required_main = sum(1 << self._bit_of[j] for j in self.group
+                                  if self._alive(j) and j not in self._admit_after)
         self._sc_peers = [c for c in self.controllers if c != self.me and self._alive(c)]
         self._my_scs = [c for c in self._scs_of_group.get(self.group_index, []) if c != self.me and self._alive(c)]
         self._everyone_else = [j for j in range(self.n) if j != self.me and self._alive(j)]
@@ -138,8 +145,17 @@ class GsgcNode(Core):
         self.counters[f"sent_{mtype.name.lower()}"] += 1
         return Message(mtype, self.me, self._ctl_seq, rnd, body)
 
-    def _fd_events(self, transitions: list[tuple[str, int, int]], now: float, out: Output) -> None:
+    def _fd_events(self, transitions: list[tuple[str, int, int]], now: float, out: Output, via: str = "") -> None:
         for event, member, value in transitions:
+            if event == "declared_failed":
+                self._declared_at[member] = now
+            if event == "readmitted" and self.rejoin is not None:
+                declared = self._declared_at.pop(member, None)
+                out.log(now, event, member=member, l=value, via=via, declared_ts=declared,
+                        after_s=None if declared is None else round(now - declared, 6))
+                if member in self._bit_of:  # §3.3 admission: its bit in W is required from the next round on
+                    self._admit_after[member] = self.main.round
+                continue
             out.log(now, event, member=member, l=value)
         if any(event in ("declared_failed", "readmitted") for event, _, _ in transitions):
             self._refresh_views()
@@ -169,6 +185,19 @@ class GsgcNode(Core):
         out.log(now, "round_completed", level=level, round=done.round, via=done.via, steps=done.steps,
                 started_ts=done.started, tpr_s=round(now - done.started, 6))
         out.log(now, "round_started", level=level, round=rs.round, via=done.via)
+        if self._admit_after:
+            self._admit(now, out)
+
+    def _admit(self, now: float, out: Output) -> None:
+        """§3.3's admission control: members readmitted during an earlier main round enter W's requirement at
+        the start of this one (the paper's join window right after a round starts), so a join never stalls a
+        round that was under way."""
+        due = sorted(j for j, rnd in self._admit_after.items() if rnd < self.main.round)
+        for j in due:
+            del self._admit_after[j]
+            out.log(now, "admitted", member=j, round=self.main.round)
+        if due:
+            self._refresh_views()
 
     def _sc_begin(self, via: str, now: float, out: Output) -> None:
         rs = self.sc
@@ -345,6 +374,8 @@ class GsgcNode(Core):
         out = Output()
         if self.fd is not None:
             self._fd_events(self.fd.step(), now, out)
+            if self.rejoin is not None:
+                self._probe(out)
         self._settle_main(now, out)
         rs = self.main
         rs.steps += 1
@@ -354,10 +385,25 @@ class GsgcNode(Core):
                 rs.min_so_far, self.stability if self.piggyback else None, rs.heard, len(self.group)))
             out.send.extend((t, gossip) for t in self._drop_at_sender(targets))
             if self.fd is not None:
-                live = self._control(MsgType.LIVE, rs.round, Live(bytes(self.fd.live)))
+                live = self._control(MsgType.LIVE, rs.round, Live(self.fd.wire_live()))
                 out.send.extend((t, live) for t in targets)
         self._request_repairs(out)
         return out
+
+    def _probe(self, out: Output) -> None:
+        """Rejoin: every `rejoin_probe_steps` steps, the Live array to one member declared failed (round robin
+        over them). A declared member is otherwise sent nothing; this is how a healed partition, or a member
+        that came back, hears from us (it readmits us, and every member our L shows alive, when the probe
+        arrives). No random draw: the gossip's random stream is the same with and without probes."""
+        assert self.fd is not None and self.rejoin is not None
+        self._steps_taken += 1
+        if self._steps_taken % self.rejoin or not self.fd.failed:
+            return
+        declared = sorted(self.fd.failed)
+        target = next((j for j in declared if j > self._last_probed), declared[0])
+        self._last_probed = target
+        self.counters["probes"] += 1
+        out.send.append((target, self._control(MsgType.LIVE, self.main.round, Live(self.fd.wire_live()))))
 
     def sc_step(self, now: float) -> Output:
         """One gossip step among the stability controllers (§5, second phase). An SC whose SC round has not
@@ -378,7 +424,7 @@ class GsgcNode(Core):
                 rs.min_so_far, self.stability if self.piggyback else None, rs.heard, n_groups))
             out.send.extend((t, gossip) for t in targets)
             if self.fd is not None:
-                live = self._control(MsgType.LIVE, rs.round, Live(bytes(self.fd.live)))
+                live = self._control(MsgType.LIVE, rs.round, Live(self.fd.wire_live()))
                 out.send.extend((t, live) for t in targets)
         return out
 
@@ -453,7 +499,7 @@ class GsgcNode(Core):
         out = Output()
         self.counters[f"recv_{msg.type.name.lower()}"] += 1
         if self.fd is not None:
-            self._fd_events(self.fd.heard_from(msg.sender), now, out)
+            self._fd_events(self.fd.heard_from(msg.sender), now, out, "heard")
         body = msg.body
         if isinstance(body, Gossip):
             if msg.type in GOSSIP_TYPES:
@@ -464,7 +510,7 @@ class GsgcNode(Core):
             self._on_local_stable(msg, body, now, out)
         elif isinstance(body, Live):
             if self.fd is not None:
-                self._fd_events(self.fd.merge(body.live), now, out)
+                self._fd_events(self.fd.merge(body.live), now, out, "live")
         elif isinstance(body, Stable):
             self._on_stable(msg, body, now, out)
         elif isinstance(body, Nak):

@@ -7,6 +7,14 @@ neighbour's count one step behind does not undo a declaration, but fresh news do
 (a paused member resumed, a crashed one restarted) or a merge shows j was heard from recently (the declaration
 was premature). Entries are saturating bytes; members outside `scope` (with local gossip, members of other local
 groups) stay at UNKNOWN, which a min-merge never takes.
+
+`grounded_only` (rejoin, node_image/README.md): Figure 3 starts every L at 0, i.e. "heard from everyone just
+now". That is true when the whole group starts together, false for a member that starts late (a restart, a
+join): its zeros would readmit members that died while it was away. With `grounded_only` an entry is *grounded*
+once it carries real news (j was heard from, or a merge took a lower count from someone else); the Live array
+sent on the wire (`wire_live`) carries ungrounded entries as UNKNOWN (no information), so a member only passes
+on what it or someone else observed. Locally the count still rises from 0, so a member never heard of is
+declared K steps after the start, as before.
 """
 from __future__ import annotations
 
@@ -16,8 +24,10 @@ UNKNOWN = 0xFF
 
 
 class FailureDetector:
-    def __init__(self, me: int, n: int, fail_k: int, suspect_k: int, scope: Iterable[int]) -> None:
+    def __init__(self, me: int, n: int, fail_k: int, suspect_k: int, scope: Iterable[int],
+                 grounded_only: bool = False) -> None:
         self.me = me
+        self.grounded_only = grounded_only
         self.fail_k = fail_k
         self.suspect_k = suspect_k
         self.low = fail_k // 2
@@ -29,6 +39,8 @@ class FailureDetector:
         self.live[me] = 0
         self.suspected: set[int] = set()
         self.failed: set[int] = set()
+        self.grounded = bytearray(n)  # 1: the entry carries real news (only kept with grounded_only)
+        self.grounded[me] = 1
 
     def _set(self, j: int, value: int, out: list[tuple[str, int, int]]) -> None:
         self.live[j] = value
@@ -65,6 +77,7 @@ class FailureDetector:
         """Any valid message from j: L[j] = 0."""
         out: list[tuple[str, int, int]] = []
         if j in self._in_scope:
+            self.grounded[j] = 1
             self._set(j, 0, out)
         return out
 
@@ -74,8 +87,15 @@ class FailureDetector:
         live = self.live
         for j in self.scope:
             if other[j] < live[j]:
+                self.grounded[j] = 1
                 self._set(j, other[j], out)
         return out
+
+    def wire_live(self) -> bytes:
+        """L as sent in a LIVE message: with `grounded_only`, entries with no real news are UNKNOWN."""
+        if not self.grounded_only:
+            return bytes(self.live)
+        return bytes(v if g else UNKNOWN for v, g in zip(self.live, self.grounded))
 
     def is_failed(self, j: int) -> bool:
         return j in self.failed

@@ -34,6 +34,11 @@ class GsgcParams(Strict):
         default=None, ge=4, le=254, description="K: declare a member failed at L[j] >= K; None: no failure detection"
     )
     suspect_k: int | None = Field(default=None, ge=1, description="log `suspected` at L[j] >= this; default ceil(3K/4)")
+    rejoin_probe_steps: int | None = Field(
+        default=None, ge=1,
+        description="rejoin (README, GSGC: Rejoin): every this many steps send the Live array to one member declared "
+                    "failed, pass on only observed Live counts, and require a readmitted member in W from the next "
+                    "round on; None: none of it (Figure 3 alone: a declared member is never contacted again)")
     local_groups: list[LocalGroup] | None = Field(default=None, description="§5 local gossip; None: global gossip")
     sc_step_s: float | None = Field(default=None, gt=0, description="step interval among SCs; default step_s")
     multicast_stable: bool = Field(
@@ -60,6 +65,8 @@ class GsgcParams(Strict):
     def _thresholds(self) -> GsgcParams:
         if self.suspect_k is not None and (self.fail_k is None or not self.fail_k // 2 < self.suspect_k < self.fail_k):
             raise ValueError("suspect_k needs fail_k and must lie between fail_k // 2 and fail_k (exclusive)")
+        if self.rejoin_probe_steps is not None and self.fail_k is None:
+            raise ValueError("rejoin_probe_steps needs fail_k (failure detection declares the members it probes)")
         if not self.piggyback_stability and self.local_groups is None and not self.multicast_stable:
             raise ValueError("piggyback_stability: false with global gossip needs multicast_stable: true (S would "
                              "stay at the members that construct it)")
