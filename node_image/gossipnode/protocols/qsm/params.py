@@ -1,0 +1,120 @@
+"""QSM's parameters: the `protocol:` section of a node config with `name: qsm`.
+
+The groups are the static group membership service's input (the experiment file is the GMS, docs/qsm.md): every
+member computes the same regions, partitions and leaders from them (`membership.compute_regions`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from gossipnode.model import Strict
+
+from .membership import Region, compute_regions, regions_of_group, resolve_members
+
+
+class GroupSpec(Strict):
+    name: str = Field(description="1-8 characters a-z, 0-9, starting with a letter")
+    members: Literal["all"] | list[int | str] = Field(default="all", description="member ids or names, or all")
+    senders: Literal["all"] | list[int | str] | None = Field(
+        default=None, description="who multicasts into this group (members of the group, and workload senders); "
+                                  "None: every workload sender that is a member")
+
+
+class QsmParams(Strict):
+    name: Literal["qsm"]
+    groups: list[GroupSpec] = Field(min_length=1, description="the group views (the static GMS)")
+    partition_size: int = Field(default=5, ge=1, description="R: caching replicas per packet; partitions of a "
+                                                               "region: max(1, floor(n / R))")
+    token_interval_s: float = Field(default=1.0, gt=0, description="the region leader generates a token this often "
+                                                                    "(§2.3.3: once per second)")
+    transport: Literal["mcast", "udp"] = Field(
+        default="mcast", description="mcast: one IP multicast datagram per region (the group `r-<groups>` must be "
+                                     "in the config); udp: one unicast copy per region member")
+    nak_limit: int = Field(default=16, ge=1, le=255, description="NAK ranges a node reports per sender and token")
+    pull_limit: int = Field(default=64, ge=1, description="packets forwarded in answer to one pull request")
+    retransmit_s: float = Field(default=3.0, gt=0, description="the sender re-multicasts the packets no region "
+                                                               "member has seen after this long (the lost tail)")
+    rate_control: bool = Field(default=True, description="§2.4; false: send at the workload's rate_per_s")
+    growth: float = Field(default=0.05, ge=0, description="λ, the growth coefficient of (2)")
+    rate_min: float = Field(default=1.0, gt=0, description="μ_min, packets/s, the floor of (2)")
+    rate_max: float | None = Field(default=None, gt=0, description="a cap on μ_snd (packets/s); None: none")
+    rate_samples: int = Field(default=10, ge=1, description="k: the receivers' moving average window")
+    rate_interval_s: float = Field(default=1.0, gt=0, description="Δ: the receivers' rate sampling interval")
+
+    def membership(self, cfg: "NodeConfig") -> Membership:  # noqa: F821
+        return Membership.build(self, cfg)
+
+    def check(self, cfg: "NodeConfig") -> None:  # noqa: F821 - the node config, checked as a whole
+        from .wire import MIN_DATA_SIZE
+
+        ms = self.membership(cfg)
+        if cfg.workload is not None and cfg.workload.size_bytes < MIN_DATA_SIZE:
+            raise ValueError(f"workload size_bytes {cfg.workload.size_bytes} is below a QSM DATA message's headers "
+                             f"({MIN_DATA_SIZE} bytes)")
+        if self.transport == "mcast":
+            mine = ms.region_of[cfg.id]
+            need = {mine.name: False}
+            for g in ms.sends_to.get(cfg.id, []):
+                for r in ms.regions_of[g]:
+                    need[r.name] = True
+            for name, send in sorted(need.items()):
+                try:
+                    group = cfg.group(name)
+                except ValueError:
+                    raise ValueError(f"qsm: member {cfg.name} needs the multicast group {name!r} (its region's, or "
+                                     f"one it sends to): declare it in `multicast:` with this member") from None
+                if send and not group.may_send:
+                    raise ValueError(f"qsm: member {cfg.name} sends to multicast group {name!r} but is not among "
+                                     f"its senders")
+
+
+@dataclass(frozen=True)
+class Membership:
+    """The group and region views every member derives from the params (§2.1)."""
+
+    groups: dict[str, list[int]]          # group -> member ids
+    senders: dict[str, list[int]]         # group -> sender ids
+    regions: list[Region]
+    region_of: dict[int, Region]          # member -> its region
+    regions_of: dict[str, list[Region]]   # group -> its regions
+    sends_to: dict[int, list[str]]        # sender -> the groups it multicasts into (round robin)
+
+    @classmethod
+    def build(cls, p: QsmParams, cfg: "NodeConfig") -> Membership:  # noqa: F821
+        n = cfg.n
+        names = {m.name: m.id for m in cfg.members}
+        groups: dict[str, list[int]] = {}
+        senders: dict[str, list[int]] = {}
+        for g in p.groups:
+            if g.name in groups:
+                raise ValueError(f"qsm: group {g.name!r} is defined twice")
+            groups[g.name] = resolve_members(g.members, names, n, f"qsm group {g.name!r} members")
+        regions = compute_regions(groups, n, p.partition_size)
+        for g in p.groups:
+            if g.senders is None:
+                senders[g.name] = [s for s in cfg.senders if s in groups[g.name]]
+                continue
+            listed = resolve_members(g.senders, names, n, f"qsm group {g.name!r} senders")
+            if g.senders == "all":
+                listed = [s for s in listed if s in cfg.senders]
+            bad = [s for s in listed if s not in groups[g.name] or s not in cfg.senders]
+            if bad:
+                raise ValueError(f"qsm group {g.name!r}: senders {bad} are not both members of the group and "
+                                 f"workload senders")
+            senders[g.name] = listed
+        sends_to = {s: [g for g in groups if s in senders[g]] for s in cfg.senders}
+        idle = [s for s, gs in sends_to.items() if not gs]
+        if idle:
+            raise ValueError(f"qsm: workload senders {idle} send to no group")
+        region_of = {m: r for r in regions for m in r.members}
+        return cls(groups, senders, regions, region_of, {g: regions_of_group(regions, g) for g in groups}, sends_to)
+
+    def origins_of(self, region: Region) -> list[int]:
+        """The senders that multicast into `region` (its groups' senders), sorted."""
+        return sorted({s for g in region.groups for s in self.senders[g]})
+
+
+PARAMS = QsmParams
