@@ -67,6 +67,7 @@ class HyParViewNode(Core):
         self.tried: set[int] = set()              # passive members asked in the current repair
         self.shuffle_sent: tuple[int, ...] = ()   # the ids of our last SHUFFLE (evicted first on its reply)
         self.seen: set[tuple[int, int]] = set()
+        self.slot_seen: set[int] = set()
         self.cycle = 0
         self.clock = StepClock(p.cycle_s, now, self.rng)
         self.counters: Counter[str] = Counter()
@@ -261,6 +262,7 @@ class HyParViewNode(Core):
 
     def _broadcast(self, out: Output, now: float, seq: int) -> None:
         self.seen.add((self.me, seq))
+        self.slot_seen.add(seq)
         msg = Data(self.me, self.me, seq, 0, self.slots.payload)
         out.stream.extend((q, msg) for q in self.active)
         self.counters["sent_data"] += 1
@@ -273,6 +275,7 @@ class HyParViewNode(Core):
             out.log(now, "data_duplicate", origin=msg.origin, seq=msg.seq, sender=msg.sender)
             return
         self.seen.add(key)
+        self.slot_seen.add(msg.seq)
         self.counters["recv_data"] += 1
         out.log(now, "data_received", origin=msg.origin, seq=msg.seq, sender=msg.sender, repair=False, via="tcp",
                 hops=msg.hops + 1, cycle=self.cycle)
@@ -343,7 +346,7 @@ class HyParViewNode(Core):
                 self._repair(out, now)
             self._shuffle(out, now)
         if now >= self.slots.due:
-            for seq in self.slots.fire(now, lambda s: any((o, s) in self.seen for o in range(self.n))):
+            for seq in self.slots.fire(now, lambda s: s in self.slot_seen):
                 self._broadcast(out, now, seq)
         return out
 
