@@ -1,0 +1,53 @@
+"""vsync's parameters: the `protocol:` section of a node config with `name: vsync`. The Pbcast layer's fields
+are pbcast's (round_s, fanout, gc_c, mode, first_phase, group, tree_fanout, max_repairs, max_ranges: see
+protocols/pbcast/params.py); the rest are the Vsync layer's, with seed 001's values as defaults (§5.2, §6)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gossipnode.protocols.pbcast.params import PbcastParams
+
+
+class VsyncParams(PbcastParams):
+    name: Literal["vsync"]  # type: ignore[assignment]
+    k: int = Field(default=1, ge=1, description="size of the leader committee (members 0..k-1; member 0 leads)")
+    sender_buffer: int = Field(default=8, ge=1, description="a sender's constant-size buffer of multicasts "
+                                                            "awaiting their Gseq Ack (Table 2); full: blocked")
+    gseq_timeout_s: float = Field(default=0.2, gt=0, description="resend a Gseq Req (or an ORDER) unanswered "
+                                                                 "this long")
+    repair_min_s: float = Field(default=0.01, gt=0, description="repair sub-protocol timeout at a high rate")
+    repair_max_s: float = Field(default=1.0, gt=0, description="... and when multicasts are infrequent")
+    repair_batch: int = Field(default=64, ge=1, description="items one REPAIR_REQ asks for and one answer carries")
+    view_period_s: float = Field(default=20.0, gt=0, description="the leader starts a view change this often")
+    ack_timeout_s: float = Field(default=1.0, gt=0, description="the leader waits this long for AckPrefreshviews")
+    ack_defer_s: float = Field(default=0.5, ge=0, description="members defer their AckPrefreshview by a random "
+                                                              "time up to this (against an ack implosion)")
+    max_lag: int = Field(default=2000, ge=0, description="a member whose acknowledged delivery is more than "
+                                                         "this many gseqs behind the leader's is dropped")
+
+    @model_validator(mode="after")
+    def _vsync_ranges(self) -> VsyncParams:
+        if self.repair_min_s > self.repair_max_s:
+            raise ValueError(f"repair_min_s {self.repair_min_s} exceeds repair_max_s {self.repair_max_s}")
+        if self.ack_defer_s >= self.ack_timeout_s:
+            raise ValueError(f"ack_defer_s {self.ack_defer_s} must be below ack_timeout_s {self.ack_timeout_s}")
+        return self
+
+    def check(self, cfg: "NodeConfig") -> None:  # noqa: F821 - the node config, checked as a whole
+        from .wire import MIN_DATA_SIZE
+
+        if self.k > cfg.n:
+            raise ValueError(f"k = {self.k} is larger than the group ({cfg.n} members)")
+        if cfg.workload is not None and cfg.workload.size_bytes < MIN_DATA_SIZE:
+            raise ValueError(f"workload size_bytes {cfg.workload.size_bytes} is below a vsync P_DATA message's "
+                             f"headers ({MIN_DATA_SIZE} bytes)")
+        if self.first_phase == "mcast":
+            if not cfg.multicast:
+                raise ValueError("first_phase mcast needs a multicast group in the config (`multicast:`)")
+            if self.group is not None:
+                cfg.group(self.group)
+
+
+PARAMS = VsyncParams
