@@ -16,7 +16,7 @@ GROUPS = {"a": list(range(16)), "b": list(range(8, 24))}
 
 
 def deliveries(sim: Sim) -> tuple[dict[tuple[int, int], str], dict[int, list[tuple[int, int]]]]:
-    sent = {(i, e.fields["seq"]): e.fields["group"] for i, e in sim.of("data_sent")}
+    sent = {(i, e.fields["seq"]): e.fields["group_name"] for i, e in sim.of("data_sent")}
     got: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for i, e in sim.of("data_received"):
         got[i].append((e.fields["origin"], e.fields["seq"]))
@@ -89,7 +89,7 @@ def test_several_senders_heavy_loss_collective_nak_and_retransmission():
     assert sim.of("nak_sent") and any(e.fields["reason"] == "nak" for _, e in sim.of("retransmit"))
     assert_released(sim)
     # member 10 is in both groups: it sends round robin, half of its packets into group a's regions
-    assert {e.fields["group"] for i, e in sim.of("data_sent") if i == 10} == {"a", "b"}
+    assert {e.fields["group_name"] for i, e in sim.of("data_sent") if i == 10} == {"a", "b"}
 
 
 def test_lost_tail_is_retransmitted_after_the_timeout():

@@ -137,7 +137,7 @@ class QsmNode(Core):
             if r.index == self.region.index:
                 self._accept(self.me, rseq, self.seq, gidx, self.payload, now, "own", self.me, "self", out)
         self.counters["sent_data"] += 1
-        out.log(now, "data_sent", seq=self.seq, size=self.size, group=group,
+        out.log(now, "data_sent", seq=self.seq, size=self.size, group_name=group,
                 regions=[r.name for r in regions], rate=round(self.mu, 3))
         nxt = self.due + 1.0 / self.mu
         if nxt <= now:
@@ -287,7 +287,7 @@ class QsmNode(Core):
         if o == self.me:
             return
         out.log(now, "data_received", origin=o, seq=seq, sender=frm, repair=how != "data", via=via, how=how,
-                group=self.group_names[gidx], region=self.region.name, rseq=rseq)
+                group_name=self.group_names[gidx], region=self.region.name, rseq=rseq)
         if how != "data":
             out.log(now, "recovered", origin=o, seq=seq, rseq=rseq, how=how, latency=None if since is None
                     else now - since, region=self.region.name, **{"from": frm})
