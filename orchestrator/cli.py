@@ -216,7 +216,7 @@ def exec(  # noqa: A001 - the command is called exec
     plan = state.load_plan()
     names = {n.name: n.address for n in plan.nodes}
     argv = [names.get(a, a) for a in argv]
-    from orchestrator.backends.base import get_backend
+    from orchestrator.backends.registry import get_backend
 
     raise typer.Exit(get_backend(state.backend).exec(state, node, argv))
 

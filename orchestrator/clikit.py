@@ -6,15 +6,13 @@ from enum import Enum
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
 
+from orchestrator.backends import registry
 from orchestrator.errors import SpecError
 
 
-class BackendName(str, Enum):
-    """--backend: a choice, so --help lists them and a typo fails when the command line is parsed."""
-
-    mininet = "mininet"
-    docker = "docker"
-    hosts = "hosts"
+# --backend: a choice, so --help lists them and a typo fails when the command line is parsed; the choices are
+# the backend registry's names (orchestrator.backends.registry), the CLI resolves the name there.
+BackendName = Enum("BackendName", {n: n for n in registry.names()}, type=str)
 
 
 class ShaperName(str, Enum):

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import signals
-from orchestrator.backends.base import Backend, NullProgress, Progress, get_backend
+from orchestrator.backends.base import Backend, NullProgress, Progress
+from orchestrator.backends.registry import get_backend
 from orchestrator.errors import LabExists, OrchestratorError, ShapingError, SpecError
 from orchestrator.mcast.realise import status as mcast_status
 from orchestrator.plan import NetworkPlan, build_plan
@@ -82,13 +83,14 @@ def _sigterm_as_interrupt():
 
 def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", strict: bool = False,
        experiment_path: str = "", progress: Progress | None = None,
-       backend_options: dict | None = None) -> LabState:
+       backend_options: dict | None = None, backend: Backend | None = None) -> LabState:
+    """Build the lab; `backend` (an instance, e.g. the one a run configured) or `backend_name` + options."""
     progress = progress or NullProgress()
-    backend = get_backend(backend_name, **(backend_options or {}))
-    if prep.plan.groups and getattr(backend, "remote_shaping", False):
+    backend = backend or get_backend(backend_name, **(backend_options or {}))
+    if prep.plan.groups and backend.remote_shaping:
         raise SpecError("multicast: groups need the mininet or docker backend (real hosts' own network would have "
                         "to route them)")
-    if getattr(backend, "remote_shaping", False):
+    if backend.remote_shaping:
         # Real hosts: each host's kernel is probed when the backend deploys it (it then sets the shaper, the
         # capabilities and the warnings); until then `shaper` is the request.
         chosen, caps_json, warnings = shaper, {}, []

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from orchestrator.errors import PlanError
 from orchestrator.mcast.tree import Group, build_groups
 from orchestrator.shaping.params import DirParams
-from orchestrator.spec import Experiment, SparseMembers
+from orchestrator.models import Experiment, SparseMembers
 
 IFNAMSIZ = 15  # Linux interface names: at most 15 characters
 

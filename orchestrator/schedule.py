@@ -19,18 +19,37 @@ the same targets and the same perturbation sleeps.
 from __future__ import annotations
 
 import random
+from enum import StrEnum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.plan import NetworkPlan
-from orchestrator.spec import DirSpec, FieldError
+from orchestrator.models import DirSpec
+from orchestrator.source import FieldError
 from orchestrator.units import parse_time
 
 ACTIONS = ("crash", "restart", "pause", "perturb", "link", "partition", "heal", "join", "workload")
 PERTURB_INTERVAL_S = 0.1  # "Fighting fire with fire": a perturbed member sleeps for 100 ms intervals
 MAX_OPS = 1_000_000       # operations a schedule may expand to (a week-long perturbation of 1000 nodes is not)
+
+
+class OpKind(StrEnum):
+    """The operations a schedule expands to; a node driver declares which of them it supports."""
+
+    CRASH = "crash"                 # SIGKILL
+    START = "start"                 # restart a crashed member, or a joiner's first start
+    STOP_SIGNAL = "stop_signal"     # SIGSTOP (pause, perturb)
+    CONT_SIGNAL = "cont_signal"     # SIGCONT
+    LINK_SET = "link_set"
+    LINK_CUT = "link_cut"
+    LINK_RESTORE = "link_restore"
+    WORKLOAD_START = "workload_start"
+    WORKLOAD_STOP = "workload_stop"
+
+
+LINK_OPS = frozenset({OpKind.LINK_SET, OpKind.LINK_CUT, OpKind.LINK_RESTORE})
 
 
 class Action(BaseModel):
@@ -99,7 +118,7 @@ class Op:
 
     t: float
     seq: int
-    kind: str = field(compare=False)
+    kind: OpKind = field(compare=False)
     index: int = field(compare=False)
     targets: tuple[str, ...] = field(compare=False, default=())
     # for links: (link id, direction) pairs; params as DirSpec for link_set
@@ -150,7 +169,7 @@ def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: in
 
     def add(t: float, kind: str, index: int, **kw) -> None:
         nonlocal seq
-        ops.append(Op(t=t, seq=seq, kind=kind, index=index, **kw))
+        ops.append(Op(t=t, seq=seq, kind=OpKind(kind), index=index, **kw))
         seq += 1
 
     def fail(i: int, msg: str, *where) -> FieldError:
@@ -263,3 +282,13 @@ def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: in
             add(t, f"workload_{a.op}", i)
     ops.sort()
     return Timeline(actions=actions, ops=ops, joiners=joiners)
+
+
+def check_supported(timeline: Timeline, supported: frozenset[OpKind], backend: str, why: str = "") -> None:
+    """The one "not supported on this backend" check, before anything is built (exit 2)."""
+    for op in timeline.ops:
+        if op.kind not in supported:
+            a = timeline.actions[op.index]
+            raise FieldError(("schedule", op.index),
+                             f"{a.action} at {a.at}: not supported on the {backend} backend "
+                             f"({why or 'its driver cannot ' + op.kind.value.replace('_', ' ')})")

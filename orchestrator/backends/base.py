@@ -1,20 +1,28 @@
-"""The backend interface (docs/architecture.md §3). A backend realises a `NetworkPlan` and gives the runner what it needs.
+"""The backend and node-driver interfaces (docs/architecture.md §3, §6).
 
-Backends are passed in explicitly (see `get_backend`); they never print: progress goes through a `Progress`
-the caller supplies (the CLI draws it with rich).
+A `Backend` builds the network of a plan and removes it (up, teardown, health, live link changes). A `NodeDriver`
+drives the protocol nodes of one run on a built lab: start, signal, control, captures, collection, and the set of
+schedule operations (`OPS`) it supports. The runner (orchestrator/runner.py) is the same for every backend: it
+asks the backend for its driver. Backends are found by name in `orchestrator.backends.registry`; this module
+imports no concrete backend. Nothing here prints: progress goes through a `Progress` the caller supplies.
 """
 from __future__ import annotations
 
 import subprocess
-import sys
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from orchestrator.errors import SpecError
+from orchestrator.errors import BackendError
 from orchestrator.plan import NetworkPlan
+from orchestrator.schedule import OpKind
 from orchestrator.shaping.params import DirParams
 from orchestrator.state import LabState
+
+if TYPE_CHECKING:
+    from orchestrator.rundir import RunDir
+    from orchestrator.spec import Experiment
 
 
 class Progress(Protocol):
@@ -34,8 +42,98 @@ class NullProgress:
         pass
 
 
+ALL_OPS = frozenset(OpKind)
+
+
+@dataclass
+class RunContext:
+    """What a driver gets about the run it drives."""
+
+    exp: "Experiment"
+    plan: NetworkPlan
+    state: LabState
+    run: "RunDir"
+    ctl_dir: Path
+    first: list[str]                       # members started at the beginning (the others join later)
+    progress: Progress
+
+
+@dataclass
+class StopReport:
+    """What the driver found when it stopped: captures (manifest `captures`) and extra manifest fields."""
+
+    captures: list[dict] = field(default_factory=list)
+    manifest: dict = field(default_factory=dict)
+
+
+class NodeDriver(ABC):
+    """Drives the protocol nodes of one run. Every method that acts on nodes returns per-node replies (a dict,
+    possibly empty: {node: {"rtt_s", "pid", "ok", "error", ...}}) that the runner records with the action."""
+
+    OPS: ClassVar[frozenset[OpKind]] = ALL_OPS
+    WHY_UNSUPPORTED: ClassVar[str] = ""          # why OPS lacks some operations (the error message says it)
+    COMMON_START: ClassVar[bool] = True          # nodes wait for one `start` at a common wall-clock time
+
+    def __init__(self, backend: "Backend", ctx: RunContext):
+        self.backend, self.ctx = backend, ctx
+        self.configs: dict[str, dict] = {}
+
+    def configure(self, configs: dict[str, dict]) -> dict[str, dict]:
+        """The node configs as the nodes get them (a backend that runs them elsewhere rewrites paths)."""
+        self.configs = configs
+        return configs
+
+    def prepare(self) -> None:
+        """Before captures and nodes: stage files, open sessions, measure clocks (manifest fields via notes())."""
+
+    def manifest_fields(self) -> dict:
+        return {}
+
+    @abstractmethod
+    def start_captures(self) -> int:
+        """Start the packet captures the experiment asks for; the number running."""
+
+    @abstractmethod
+    def start_nodes(self, names: list[str]) -> dict[str, dict]:
+        """Start the protocol node on each of `names` (also a restart or a join during the schedule)."""
+
+    @abstractmethod
+    def await_ready(self, names: list[str], timeout_s: float) -> None:
+        """Wait until every node in `names` runs (and answers, where the driver can ask)."""
+
+    def start_protocol(self, names: list[str], at_unix: float) -> None:
+        """Tell the nodes to start the protocol at `at_unix` (drivers with COMMON_START)."""
+
+    @abstractmethod
+    def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:
+        """Send `sig` to the nodes' processes; `wait`: until they exited (SIGKILL)."""
+
+    @abstractmethod
+    def control_senders(self, request: dict) -> dict[str, dict]:
+        """Send a control request to every running sender (the workload)."""
+
+    def set_link(self, link_id: str, direction: str, params: DirParams | None) -> dict[str, dict]:
+        self.backend.set_link(self.ctx.state, self.ctx.plan, link_id, direction, params)
+        return {}
+
+    def alive(self) -> int | None:
+        """Running nodes, when the driver knows it without asking over the network."""
+        return None
+
+    def check(self) -> None:
+        """Cheap check once a second during the run (the shaper's health)."""
+        self.backend.check(self.ctx.state)
+
+    @abstractmethod
+    def stop(self) -> StopReport:
+        """Stop the nodes and captures and collect everything into the run directory; never raises for a
+        single node's or file's failure (they are logged in the run directory)."""
+
+
 class Backend(ABC):
-    name: str
+    name: ClassVar[str]
+    remote_shaping: ClassVar[bool] = False      # shaping probed on the remote hosts at `up`, not on this machine
+    fidelity_probe: ClassVar[bool] = True       # `popen` in nodes works: the runner probes the shaping
 
     @abstractmethod
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
@@ -49,61 +147,49 @@ class Backend(ABC):
     def exec(self, state: LabState, node: str, argv: list[str]) -> int:
         """Run `argv` inside `node` with the caller's terminal; return its exit status."""
 
-    @abstractmethod
     def popen(self, state: LabState, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start `argv` inside `node` and return the process."""
+        raise BackendError(f"the {self.name} backend cannot start processes in a node directly")
 
-    @abstractmethod
     def set_link(self, state: LabState, plan: NetworkPlan, link_id: str, direction: str,
                  params: DirParams | None) -> None:
         """Change one direction ("up"/"down") of a link live; `params=None` cuts it (drops everything)."""
+        raise BackendError(f"the {self.name} backend cannot change links live")
 
     @abstractmethod
     def health(self, state: LabState) -> list[str]:
         """Problems with a running lab (missing namespaces, a dead shaper); empty when healthy."""
 
-    @abstractmethod
     def check(self, state: LabState) -> None:
         """Cheap check during a run: raise DelayLineDied when the shaper died or the kernel dropped queued
         packets (the run's link emulation can no longer be trusted)."""
 
-    @abstractmethod
     def shaper_stats(self, state: LabState) -> dict | None:
         """The shaper's own per-link-direction counters, when it keeps any (the delay line does)."""
+        return None
 
-    # --- the protocol node (the runner's view; defaults: a host process inside the node's namespace) ---------
-    def node_config(self, state: LabState, node: str, config: dict) -> dict:
-        """The node's config as it must be given to the node: backends that run it elsewhere (a container)
-        rewrite its file paths (`event_log`, `control`); the runner then reaches `control` at the new path."""
-        return config
+    # --- runs ---------------------------------------------------------------------------------------------------
+    # The driver of this backend's runs; its OPS are checked against the schedule before anything is built.
+    driver_class: ClassVar[type[NodeDriver]]
 
-    def start_node(self, state: LabState, node: str, config: dict, run_dir: Path):
-        """Start the protocol node on `node`; return a `subprocess.Popen`-like handle (poll, wait,
-        send_signal, terminate, kill, pid). Its files end up in `run_dir` (see `collect_node_files`)."""
-        log = open(run_dir / "logs" / f"{node}.log", "ab")
-        try:
-            return self.popen(state, node, [sys.executable, "-m", "gossipnode", "--config",
-                                            str(run_dir / "configs" / f"{node}.json")],
-                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
+    def check_run(self, exp: "Experiment", plan: NetworkPlan, lab: str, state: LabState | None) -> None:
+        """Backend-specific checks of a run before anything is built (SpecError, exit 2)."""
 
-    def collect_node_files(self, state: LabState, node: str, run_dir: Path) -> None:
-        """Copy what the node wrote somewhere else (event log, stdout) into `run_dir`, after it stopped."""
+    def for_run(self, run: "RunDir", exp: "Experiment") -> None:
+        """Told the run directory before `up` (a backend that stages files for the run keeps them there)."""
+
+    def run_plan(self, plan: NetworkPlan, state: LabState | None) -> dict:
+        """plan.json of the run directory: the plan as realised (e.g. the hosts' real addresses)."""
+        return plan.to_dict()
+
+    def driver(self, ctx: RunContext) -> NodeDriver:
+        return self.driver_class(self, ctx)
 
 
 def get_backend(name: str, **options) -> Backend:
-    """The backend called `name`; `options` configure a backend that needs them (hosts: inventory, ...)."""
-    if name == "hosts":
-        from orchestrator.backends.hosts import HostsBackend
+    """Transitional: `orchestrator.backends.registry.get_backend`, for callers outside orchestrator/ that still
+    import it from here (tests/integration/test_lab_delayline.py, benchmarks/bench_docker.py). Resolved at call
+    time by module name, so this module does not depend on the registry (which depends on it)."""
+    import importlib
 
-        return HostsBackend(**options)
-    if name == "mininet":
-        from orchestrator.backends.mininet import MininetBackend
-
-        return MininetBackend()
-    if name == "docker":
-        from orchestrator.backends.docker import DockerBackend
-
-        return DockerBackend()
-    raise SpecError(f"unknown backend {name!r}: available: mininet, docker, hosts")
+    return importlib.import_module("orchestrator.backends.registry").get_backend(name, **options)

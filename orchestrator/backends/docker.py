@@ -39,6 +39,7 @@ from pathlib import Path
 from orchestrator.backends import netns
 from orchestrator.backends.mininet import BATCH, MininetBackend, ns_name
 from orchestrator.backends.base import Progress
+from orchestrator.backends.local import LocalDriver
 from orchestrator.errors import BackendError
 from orchestrator.plan import NetworkPlan
 from orchestrator.state import LabState
@@ -195,8 +196,56 @@ class DockerNodeProcess:
         self.send_signal(signal.SIGKILL)
 
 
+class DockerDriver(LocalDriver):
+    """Nodes run in their containers (`docker exec`); their files are in the lab's share, copied at the end."""
+
+    def __init__(self, backend, ctx):
+        super().__init__(backend, ctx)
+        self._started: set[str] = set()
+
+    def configure(self, configs: dict[str, dict]) -> dict[str, dict]:
+        lab = self.ctx.state.lab
+        out = {}
+        for node, config in configs.items():
+            paths = node_paths(lab, node)
+            out[node] = {**config, "event_log": str(paths["events"]), "control": str(paths["control"])}
+        self.configs = out
+        return out
+
+    def start_process(self, name: str):
+        state, backend = self.ctx.state, self.backend
+        container = backend._container(state, name)
+        if container is None:
+            raise BackendError(f"{name} is not a member of lab {state.lab} (no container)")
+        paths = node_paths(state.lab, name)
+        if name not in self._started:              # first start in this run: no files of an earlier run
+            for key in ("events", "log"):
+                paths[key].unlink(missing_ok=True)
+            self._started.add(name)
+        paths["config"].write_text(json.dumps(self.configs[name], indent=1))
+        api = backend._docker().api
+        try:
+            ex = api.exec_create(container.id, node_argv(paths), stdout=False, stderr=False)
+            api.exec_start(ex["Id"], detach=True)
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: e.g. the container is not running
+            raise BackendError(f"starting the node in {container.name} failed: {_explain(exc)}") from None
+        return DockerNodeProcess(backend._docker(), container, ex["Id"])
+
+    def collect_node_files(self, name: str) -> None:
+        run_dir = self.ctx.run.path
+        paths = node_paths(self.ctx.state.lab, name)
+        for key, dest in (("events", run_dir / "events" / f"{name}.jsonl"),
+                          ("log", run_dir / "logs" / f"{name}.log")):
+            if paths[key].exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with open(paths[key], "rb") as src, open(dest, "ab") as dst:
+                    shutil.copyfileobj(src, dst)
+                paths[key].unlink()
+
+
 class DockerBackend(MininetBackend):
     name = "docker"
+    driver_class = DockerDriver
 
     def __init__(self) -> None:
         self._local = _Local()
@@ -334,40 +383,6 @@ class DockerBackend(MininetBackend):
                 return info.get("ExitCode") or 0
             time.sleep(0.01)
         return 1
-
-    def node_config(self, state: LabState, node: str, config: dict) -> dict:
-        paths = node_paths(state.lab, node)
-        return {**config, "event_log": str(paths["events"]), "control": str(paths["control"])}
-
-    def start_node(self, state: LabState, node: str, config: dict, run_dir: Path):
-        container = self._container(state, node)
-        if container is None:
-            raise BackendError(f"{node} is not a member of lab {state.lab} (no container)")
-        paths = node_paths(state.lab, node)
-        started = getattr(self, "_started", None)
-        if started is None or started[0] != run_dir:
-            self._started = started = (run_dir, set())
-        if node not in started[1]:                  # first start in this run: no files of an earlier run
-            for key in ("events", "log"):
-                paths[key].unlink(missing_ok=True)
-            started[1].add(node)
-        paths["config"].write_text(json.dumps(self.node_config(state, node, config), indent=1))
-        api = self._docker().api
-        try:
-            ex = api.exec_create(container.id, node_argv(paths), stdout=False, stderr=False)
-            api.exec_start(ex["Id"], detach=True)
-        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: e.g. the container is not running
-            raise BackendError(f"starting the node in {container.name} failed: {_explain(exc)}") from None
-        return DockerNodeProcess(self._docker(), container, ex["Id"])
-
-    def collect_node_files(self, state: LabState, node: str, run_dir: Path) -> None:
-        paths = node_paths(state.lab, node)
-        for key, dest in (("events", run_dir / "events" / f"{node}.jsonl"), ("log", run_dir / "logs" / f"{node}.log")):
-            if paths[key].exists():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                with open(paths[key], "rb") as src, open(dest, "ab") as dst:
-                    shutil.copyfileobj(src, dst)
-                paths[key].unlink()
 
     def health(self, state: LabState) -> list[str]:
         problems = super().health(state)

@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 from orchestrator.backends.base import Backend, Progress
-from orchestrator.errors import BackendError, SpecError
-from orchestrator.hosts import deploy
+from orchestrator.errors import SpecError
+from orchestrator.hosts import deploy, render
 from orchestrator.hosts.ansible import HostsError
-from orchestrator.hosts.hostsfile import assign_members, load_hosts
+from orchestrator.hosts.driver import HostsDriver
+from orchestrator.hosts.hostsfile import Host, assign_members, load_hosts
 from orchestrator.plan import NetworkPlan
-from orchestrator.shaping.params import DirParams
 from orchestrator.state import LabState
 
 
@@ -31,6 +31,8 @@ def default_known_hosts() -> Path:
 class HostsBackend(Backend):
     name = "hosts"
     remote_shaping = True       # lab.up: the hosts probe their own kernels (in `up`), not this machine's
+    fidelity_probe = False      # no popen in a member: the links are the real network
+    driver_class = HostsDriver
 
     def __init__(self, inventory: str | Path | None = None, known_hosts: str | Path | None = None,
                  accept_new_host_keys: bool = False, strict: bool = False, data_dir: Path | None = None,
@@ -41,6 +43,29 @@ class HostsBackend(Backend):
         self.strict = strict
         self.data_dir = data_dir
         self.snaplen = snaplen
+
+    # -- runs
+    def _hosts(self, plan: NetworkPlan, state: LabState | None) -> list[Host]:
+        if state is not None and (record := deploy.load_record(state.dir)) is not None:
+            return deploy.hosts_of(record)
+        if self.inventory is None:
+            raise SpecError("--backend hosts needs --inventory HOSTS_FILE")
+        return assign_members(load_hosts(self.inventory), [m.name for m in plan.members])
+
+    def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:
+        hosts = self._hosts(plan, state)
+        for h in hosts:                     # the control socket path must fit (render.node_config says why not)
+            try:
+                render.node_config({"members": []}, h, hosts, lab)
+            except ValueError as exc:
+                raise SpecError(str(exc)) from None
+
+    def for_run(self, run, exp) -> None:
+        self.data_dir = run.path / "ansible"
+        self.snaplen = exp.capture.snaplen
+
+    def run_plan(self, plan: NetworkPlan, state: LabState | None) -> dict:
+        return render.realised_plan(plan.to_dict(), self._hosts(plan, state))
 
     # -- lifecycle
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
@@ -58,9 +83,7 @@ class HostsBackend(Backend):
         deploy.save_record(state.dir, record)          # before anything is created on a host
         # The lab's plan as realised here: members at their hosts' addresses (what `status` shows). Its digest
         # stays the experiment's.
-        from orchestrator.hosts.run import realised_plan
-
-        realised = realised_plan(plan.to_dict(), hosts)
+        realised = render.realised_plan(plan.to_dict(), hosts)
         realised.pop("hosts")
         (state.dir / "plan.json").write_text(json.dumps(realised, indent=1, sort_keys=True))
         progress.note(f"deploying {len(hosts)} host(s) with ansible-runner (private data dir {data_dir})")
@@ -136,13 +159,6 @@ class HostsBackend(Backend):
                "-p", str(h.ssh_port), f"{h.user}@{h.ssh_host}", shlex.join(argv)]
         return subprocess.call(ssh, stdin=sys.stdin)
 
-    def popen(self, state: LabState, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
-        raise BackendError("the hosts backend starts processes through its playbooks and agent, not popen")
-
-    def set_link(self, state: LabState, plan: NetworkPlan, link_id: str, direction: str,
-                 params: DirParams | None) -> None:
-        raise BackendError("the hosts backend cannot change links live: the tree's links are the real network")
-
     def health(self, state: LabState) -> list[str]:
         record = deploy.load_record(state.dir)
         if record is None:
@@ -162,9 +178,3 @@ class HostsBackend(Backend):
             if not r.get("deployed"):
                 problems.append(f"{h}: the lab is not deployed there")
         return problems
-
-    def check(self, state: LabState) -> None:
-        return None
-
-    def shaper_stats(self, state: LabState) -> dict | None:
-        return None

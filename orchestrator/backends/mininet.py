@@ -25,6 +25,7 @@ from mininet.node import Node as MininetNode
 
 from orchestrator.backends import netns
 from orchestrator.backends.base import Backend, Progress
+from orchestrator.backends.local import LocalDriver
 from orchestrator.errors import BackendError, DelayLineDied
 from orchestrator.mcast import realise as mcast
 from orchestrator.plan import Link, NetworkPlan
@@ -109,6 +110,7 @@ NODE_SYSCTLS = {
 
 
 class MininetBackend(Backend):
+    driver_class = LocalDriver
     name = "mininet"
 
     # --- build ------------------------------------------------------------------------------------------------

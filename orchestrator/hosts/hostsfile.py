@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import Source, load_yaml, read_input
+from orchestrator.source import Source, load_yaml, read_input
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 DNS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -131,7 +131,7 @@ class HostsFile(_Strict):
 
 def parse_hosts(text: str, source: str = "<hosts>", base: Path | None = None) -> list[Host]:
     """Parse and resolve a hosts file's text. Raises SpecError naming the file, line and field (located by the
-    experiment loader's own helper, `orchestrator.spec.Source`; the YAML is parsed once)."""
+    experiment loader's own helper, `orchestrator.source.Source`; the YAML is parsed once)."""
     src = Source(source, text)
     doc = load_yaml(src)
     if not isinstance(doc, dict):

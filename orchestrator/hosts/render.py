@@ -176,3 +176,14 @@ def extravars(lab: str, shaper: str, strict: bool, bundle: Path, run_dir: Path |
             "gossip_local_bundle": str(bundle), "gossip_run_dir": str(run_dir) if run_dir else "",
             "gossip_local_files": str(files) if files else "", "gossip_capture": capture,
             "gossip_start_members": list(start_members or []), "gossip_port": port}
+
+
+def realised_plan(plan_dict: dict, hosts: list[Host]) -> dict:
+    """plan.json for the run directory: the members' addresses are their hosts' (what the pcaps show)."""
+    addr = {h.member: h.address for h in hosts}
+    out = json.loads(json.dumps(plan_dict))
+    for n in out["nodes"]:
+        if n["name"] in addr:
+            n["address"] = addr[n["name"]]
+    out["hosts"] = {h.member: {"host": h.name, "address": h.address} for h in hosts}
+    return out

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator import lab as labmod
-from orchestrator.backends.base import get_backend
+from orchestrator.backends.registry import get_backend
 from orchestrator.backends.netns import NETNS_DIR
 from orchestrator.state import load_state
 

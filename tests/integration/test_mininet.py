@@ -11,7 +11,7 @@ import time
 import pytest
 
 from orchestrator import lab as labmod
-from orchestrator.backends.base import get_backend
+from orchestrator.backends.registry import get_backend
 from orchestrator.plan import path
 from orchestrator.shaping.params import DirParams
 

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from orchestrator.backends.base import get_backend
+from orchestrator.backends.registry import get_backend
 from orchestrator.shaping.params import DirParams
 
 from .helpers import run_in_node, running_lab, udp_transfer

@@ -10,15 +10,24 @@ import pytest
 
 from orchestrator import images
 from orchestrator.backends import docker as dk
-from orchestrator.backends.base import get_backend
+from orchestrator.backends.base import RunContext
+from orchestrator.backends.registry import get_backend
 from orchestrator.errors import BackendError, SpecError
 from orchestrator.state import LabState
 
 
 def test_get_backend_knows_docker_and_names_the_choices():
     assert get_backend("docker").name == "docker"
+    assert get_backend("docker").driver_class is dk.DockerDriver
     with pytest.raises(SpecError, match="mininet, docker"):
         get_backend("vagrant")
+
+
+def _driver(lab: str, run: Path) -> dk.DockerDriver:
+    from orchestrator.rundir import RunDir
+
+    state = LabState(lab=lab, backend="docker", shaper="tbf")
+    return dk.DockerDriver(dk.DockerBackend(), RunContext(None, None, state, RunDir(run), run / "ctl", [], None))
 
 
 def test_container_spec_isolated_labelled_and_sharing_the_node_directory(monkeypatch, tmp_path):
@@ -47,9 +56,8 @@ def test_node_paths_fit_a_unix_socket_and_the_command_is_an_argv(monkeypatch):
 
 def test_node_config_rewrites_only_the_paths(monkeypatch, tmp_path):
     monkeypatch.setenv("ORCHESTRATOR_DOCKER_SHARE", str(tmp_path))
-    state = LabState(lab="lab2", backend="docker", shaper="tbf")
     cfg = {"name": "h1", "id": 1, "event_log": "/runs/x/events/h1.jsonl", "control": "/tmp/ctl/h1.sock", "seed": 3}
-    got = dk.DockerBackend().node_config(state, "h1", cfg)
+    got = _driver("lab2", tmp_path / "run").configure({"h1": cfg})["h1"]
     assert got == {**cfg, "event_log": str(tmp_path / "orch-docker-lab2" / "h1" / "events.jsonl"),
                    "control": str(tmp_path / "orch-docker-lab2" / "h1" / "ctl.sock")}
     assert cfg["event_log"] == "/runs/x/events/h1.jsonl"          # the caller's dict is left alone
@@ -57,17 +65,17 @@ def test_node_config_rewrites_only_the_paths(monkeypatch, tmp_path):
 
 def test_collect_node_files_appends_into_the_run_directory(monkeypatch, tmp_path):
     monkeypatch.setenv("ORCHESTRATOR_DOCKER_SHARE", str(tmp_path / "share"))
-    state = LabState(lab="lab3", backend="docker", shaper="tbf")
     p = dk.node_paths("lab3", "h2")
     p["dir"].mkdir(parents=True)
     p["events"].write_text(json.dumps({"event": "x"}) + "\n")
     p["log"].write_text("hello\n")
     run = tmp_path / "run"
-    dk.DockerBackend().collect_node_files(state, "h2", run)
+    driver = _driver("lab3", run)
+    driver.collect_node_files("h2")
     assert (run / "events" / "h2.jsonl").read_text() == '{"event": "x"}\n'
     assert (run / "logs" / "h2.log").read_text() == "hello\n"
     assert not p["events"].exists() and not p["log"].exists()      # a later run on the same lab starts clean
-    dk.DockerBackend().collect_node_files(state, "h2", run)         # nothing new: nothing changes
+    driver.collect_node_files("h2")                                  # nothing new: nothing changes
     assert (run / "logs" / "h2.log").read_text() == "hello\n"
 
 

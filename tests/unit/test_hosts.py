@@ -217,18 +217,22 @@ def test_extravars():
 
 
 def test_link_actions_are_refused_for_hosts(tmp_path, key):
-    from orchestrator.hosts.run import check_schedule
+    from orchestrator.hosts.driver import HostsDriver
+    from orchestrator.schedule import check_supported
+
+    def check(exp):
+        tl = expand(parse_schedule(exp.schedule), build_plan(exp), exp.duration_s, exp.seed)
+        check_supported(tl, HostsDriver.OPS, "hosts", HostsDriver.WHY_UNSUPPORTED)
 
     exp = experiment(schedule=[{"at": "5s", "action": "partition", "subtree": "h1"}])
-    plan = build_plan(exp)
-    with pytest.raises(SpecError, match=r"schedule\[0\] \(partition\): link actions are not supported"):
-        check_schedule(expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed))
-    ok = experiment(schedule=[{"at": "5s", "action": "crash", "nodes": ["h1"]}])
-    check_schedule(expand(parse_schedule(ok.schedule), build_plan(ok), ok.duration_s, ok.seed))
+    with pytest.raises(SpecError, match=r"schedule\[0\]: partition at 5s: not supported on the hosts backend "
+                                        r"\(link actions: the links between real hosts are the real network\)"):
+        check(exp)
+    check(experiment(schedule=[{"at": "5s", "action": "crash", "nodes": ["h1"]}]))
 
 
 def test_realised_plan_has_host_addresses(tmp_path, key):
-    from orchestrator.hosts.run import realised_plan
+    from orchestrator.hosts.render import realised_plan
 
     _, plan, hosts = hosts_and_plan(tmp_path, key)
     out = realised_plan(plan.to_dict(), hosts)

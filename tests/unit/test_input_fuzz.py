@@ -212,9 +212,9 @@ def test_hosts_loader(raw):
     b"\xff\xfe" + "topology: 1".encode("utf-16-le"), b"x: \x00\n", b"x: 2024-02-30\n",
 ])
 def test_known_bombs_are_one_line_errors(raw, monkeypatch):
-    import orchestrator.spec
+    import orchestrator.source
 
-    monkeypatch.setattr(orchestrator.spec, "TEMPLATE_TIMEOUT_S", 2.0)    # the template loop stops sooner
+    monkeypatch.setattr(orchestrator.source, "TEMPLATE_TIMEOUT_S", 2.0)    # the template loop stops sooner
     assert isinstance(outcome(load_experiment, raw, "bomb.yaml"), str)
     assert isinstance(outcome(load_hosts, raw, "bomb.yml"), str)
 

@@ -1,0 +1,217 @@
+"""The node driver of the backends whose nodes this machine runs (Mininet's namespaces, Docker's containers): a
+node is a process started in its namespace (`Backend.popen`), reached on its control socket; captures are
+tcpdump processes; tc statistics are read in every node at the end. Docker's driver changes where the node runs
+(orchestrator/backends/docker.py)."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.backends.base import NodeDriver, StopReport
+from orchestrator.errors import OrchestratorError
+from orchestrator.rundir import tail
+
+
+@dataclass
+class Capture:
+    node: str
+    ifname: str
+    file: Path
+    proc: subprocess.Popen
+    dropped: int | None = None
+    captured: int | None = None
+
+
+def tcpdump_counts(text: str) -> tuple[int | None, int | None]:
+    """(captured, dropped by kernel) from tcpdump's closing lines."""
+    cap = re.search(r"(\d+) packets? captured", text or "")
+    drop = re.search(r"(\d+) packets? dropped by kernel", text or "")
+    return (int(cap.group(1)) if cap else None), (int(drop.group(1)) if drop else None)
+
+
+def capture_targets(plan, mode: str) -> list[tuple[str, str, list[str]]]:
+    """(node, interface, filter) of every capture of `capture.interfaces: mode`. Pure."""
+    if mode == "none":
+        return []
+    if mode == "access":
+        # One capture per member on all its interfaces, filtered to its own traffic: every packet the member
+        # sends or receives appears once, forwarded traffic of interior members does not.
+        targets = [(m.name, "any", ["host", m.address]) for m in plan.members]
+        if plan.groups:
+            # Group packets it receives, once: inbound on the tree link they arrive on (the copy the kernel then
+            # loops back through mc0 is never seen by a capture; copies it forwards are outbound).
+            targets = [(n, i, f + ["or", "(", "dst", "net", "224.0.0.0/4", "and", "inbound", ")"])
+                       for n, i, f in targets]
+        return targets
+    out: list[tuple[str, str, list[str]]] = []
+    for lk in plan.links:
+        out += [(lk.parent, lk.parent_if, []), (lk.child, lk.child_if, [])]
+    return out
+
+
+class LocalDriver(NodeDriver):
+    nodes: dict
+
+    def __init__(self, backend, ctx):
+        super().__init__(backend, ctx)
+        self.nodes: dict[str, subprocess.Popen] = {}
+        self.captures: list[Capture] = []
+
+    # -- where the node runs (Docker overrides)
+    def start_process(self, name: str):
+        """Start the node's process; a `subprocess.Popen`-like handle (poll, wait, send_signal, terminate, kill)."""
+        run_dir = self.ctx.run.path
+        log = open(run_dir / "logs" / f"{name}.log", "ab")
+        try:
+            return self.backend.popen(self.ctx.state, name, [sys.executable, "-m", "gossipnode", "--config",
+                                                             str(run_dir / "configs" / f"{name}.json")],
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+
+    def collect_node_files(self, name: str) -> None:
+        """Copy what the node wrote elsewhere into the run directory, after it stopped."""
+
+    # -- nodes
+    def start_nodes(self, names: list[str]) -> dict[str, dict]:
+        for name in names:
+            self.nodes[name] = self.start_process(name)
+        return {n: {"pid": self.nodes[n].pid} for n in names}
+
+    def _request(self, name: str, req: dict, timeout: float = 5.0) -> dict:
+        from gossipnode import control
+
+        return control.request(self.configs[name]["control"], req, timeout=timeout)
+
+    def await_ready(self, names: list[str], timeout_s: float) -> None:
+        from gossipnode import control
+
+        progress, run_dir = self.ctx.progress, self.ctx.run.path
+        progress.start("nodes ready", len(names))
+        pending = list(names)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            for name in list(pending):
+                proc = self.nodes[name]
+                if proc.poll() is not None:
+                    raise OrchestratorError(f"node {name} exited with status {proc.returncode} before the start: "
+                                            f"{tail(run_dir / 'logs' / f'{name}.log')}")
+                try:
+                    self._request(name, {"cmd": "state"}, timeout=2.0)
+                except control.ControlError:
+                    continue
+                pending.remove(name)
+                progress.advance("nodes ready")
+            if pending:
+                if time.monotonic() > deadline:
+                    raise OrchestratorError(f"{len(pending)} nodes did not come up within {timeout_s:.0f} s "
+                                            f"(e.g. {pending[0]}): the machine may be overloaded")
+                time.sleep(0.1)
+
+    def start_protocol(self, names: list[str], at_unix: float) -> None:
+        for name in names:
+            self._request(name, {"cmd": "start", "at": at_unix})
+
+    def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:
+        for n in names:
+            p = self.nodes.get(n)
+            if p is not None and p.poll() is None:
+                p.send_signal(sig)
+            if wait and p is not None:
+                p.wait()
+        return {}
+
+    def control_senders(self, request: dict) -> dict[str, dict]:
+        for name, cfg in self.configs.items():
+            p = self.nodes.get(name)
+            if cfg["senders"] and cfg["id"] in cfg["senders"] and p is not None and p.poll() is None:
+                self._request(name, request)
+        return {}
+
+    def alive(self) -> int:
+        return sum(1 for p in self.nodes.values() if p.poll() is None)
+
+    # -- captures
+    def start_captures(self) -> int:
+        exp, run_dir = self.ctx.exp, self.ctx.run.path
+        snap = str(exp.capture.snaplen)
+        for node, ifname, filt in capture_targets(self.ctx.plan, exp.capture.interfaces):
+            f = run_dir / "pcaps" / f"{node}-{ifname}.pcap"
+            proc = self.backend.popen(
+                self.ctx.state, node, ["tcpdump", "-i", ifname, "-s", snap, "-U", "-Z", "root", "-n", "-w", str(f),
+                                       *filt],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+            self.captures.append(Capture(node, ifname, f, proc))
+        # tcpdump creates its file once it is listening: wait for all of them (bounded).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(c.file.exists() or c.proc.poll() is not None
+                                                      for c in self.captures):
+            time.sleep(0.05)
+        dead = [c for c in self.captures if c.proc.poll() is not None]
+        if dead:
+            raise OrchestratorError(f"tcpdump on {dead[0].node}:{dead[0].ifname} failed: "
+                                    f"{dead[0].proc.stderr.read().strip()}")
+        return len(self.captures)
+
+    def _stop_captures(self) -> None:
+        for c in self.captures:
+            if c.proc.poll() is None:
+                c.proc.send_signal(signal.SIGINT)     # SIGINT: tcpdump flushes and closes the file
+        for c in self.captures:
+            try:
+                _, errs = c.proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                _, errs = c.proc.communicate()
+            c.captured, c.dropped = tcpdump_counts(errs)
+
+    def _stop_nodes(self) -> None:
+        for p in self.nodes.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)         # a paused node cannot handle SIGTERM
+                p.terminate()
+        deadline = time.monotonic() + 10
+        for p in self.nodes.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def _collect_tc(self) -> None:
+        run_dir = self.ctx.run.path
+        for n in self.ctx.plan.nodes:
+            r = self.backend.popen(self.ctx.state, n.name, ["tc", "-s", "-j", "qdisc", "show"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, _ = r.communicate(timeout=30)
+            try:
+                data = json.loads(out or "[]")
+            except json.JSONDecodeError:
+                data = {"error": "unparseable tc output", "raw": out}
+            (run_dir / "tc" / f"{n.name}.json").write_text(json.dumps(data, indent=1))
+        stats = self.backend.shaper_stats(self.ctx.state)
+        if stats is not None:
+            (run_dir / "tc" / "delayline.json").write_text(json.dumps(stats, indent=1))
+
+    def stop(self) -> StopReport:
+        run = self.ctx.run
+        self._stop_nodes()
+        for name in self.configs:
+            try:
+                self.collect_node_files(name)
+            except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
+                run.log(f"collecting {name}'s files failed: {exc}")
+        self._stop_captures()
+        try:
+            self._collect_tc()
+        except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
+            run.log(f"tc stats collection failed: {exc}")
+        return StopReport(captures=[{"node": c.node, "ifname": c.ifname, "file": str(c.file.relative_to(run.path)),
+                                     "captured": c.captured, "dropped_by_kernel": c.dropped}
+                                    for c in self.captures])

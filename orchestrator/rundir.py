@@ -1,0 +1,94 @@
+"""The run directory (docs/architecture.md §6), the same for every backend and driver:
+
+    manifest.json  plan.json  fidelity.json  orchestrator.log
+    configs/<node>.json  events/<node>.jsonl  events/orchestrator.jsonl  logs/<node>.log
+    pcaps/<node>-<if>.pcap  tc/<node>.json
+
+`RunDir` creates it, writes the plan and the configs, keeps the manifest (written atomically), the orchestrator's
+log and its event log; `versions()` is what every manifest records about the software. No backend code here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from orchestrator.errors import SpecError
+
+SUBDIRS = ("configs", "events", "logs", "pcaps", "tc")
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "kernel": platform.release()}
+    for pkg in ("gossip-testbed", "pydantic", "mininet", "pyroute2"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def check_out_dir(out: Path) -> None:
+    """`--out` must be (or be creatable inside) a writable directory: checked before anything is built."""
+    out = Path(out)
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        if probe.is_symlink():
+            raise SpecError(f"--out {out}: {probe} is a dangling symbolic link")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SpecError(f"--out {out}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise SpecError(f"--out {out}: {probe} is not writable")
+
+
+def new_run_id(lab: str, now: datetime | None = None) -> str:
+    return f"{lab}-{(now or datetime.now(timezone.utc)).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(empty log)"
+    except OSError:
+        return "(no log)"
+
+
+class RunDir:
+    def __init__(self, path: Path, out_option: Path | None = None):
+        self.path = Path(path)
+        self.manifest: dict = {}
+        try:
+            for sub in SUBDIRS:
+                (self.path / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecError(f"--out {out_option or self.path.parent}: cannot create the run directory: "
+                            f"{exc.strerror}") from None
+
+    def __truediv__(self, other: str) -> Path:
+        return self.path / other
+
+    def write_plan(self, plan_dict: dict) -> None:
+        (self.path / "plan.json").write_text(json.dumps(plan_dict, indent=1, sort_keys=True))
+
+    def write_configs(self, configs: dict[str, dict]) -> None:
+        for name, cfg in configs.items():
+            (self.path / "configs" / f"{name}.json").write_text(json.dumps(cfg, indent=1))
+
+    def write_manifest(self, **update) -> None:
+        self.manifest.update(update)
+        tmp = self.path / "manifest.json.tmp"
+        tmp.write_text(json.dumps(self.manifest, indent=1, default=str))
+        os.replace(tmp, self.path / "manifest.json")
+
+    def log(self, msg: str) -> None:
+        with open(self.path / "orchestrator.log", "a") as f:
+            f.write(f"{datetime.now(timezone.utc).isoformat()} {msg}\n")
+
+    def record(self, event: dict) -> None:
+        with open(self.path / "events" / "orchestrator.jsonl", "a") as f:
+            f.write(json.dumps({"ts": time.time(), "node": "orchestrator", **event}) + "\n")

@@ -1,0 +1,162 @@
+"""The Runner without root: the fake backend and driver (orchestrator/backends/fake.py) take a run through a
+schedule; the same `orchestrator.runner.run` path as Mininet, Docker and real hosts."""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from orchestrator import lab as labmod
+from orchestrator.backends import fake
+from orchestrator.backends.base import RunContext
+from orchestrator.errors import SpecError
+from orchestrator.plan import build_plan
+from orchestrator.rundir import RunDir
+from orchestrator.runner import RunOptions, Runner, run
+from orchestrator.schedule import OpKind, expand, parse_schedule
+from orchestrator.shaping.probe import Capabilities
+from orchestrator.spec import parse_experiment
+from orchestrator.state import LabState
+
+EXP = """
+name: fk
+topology: {kind: tree, nodes: 7, degree: 2}
+links: {rate: 1mbit, delay: 5ms}
+protocol: {gsgc: {subgroup: 2, step: 1s}}
+workload: {senders: 1, rate_per_s: 5, size_bytes: 64}
+duration: 2s
+seed: 4
+schedule:
+  - {at: 0.1s, action: crash, nodes: [h3]}
+  - {at: 0.2s, action: restart, crashed: true}
+  - {at: 0.3s, action: pause, nodes: [h4], duration: 0.5s}
+  - {at: 0.4s, action: link, links: [[h0, h1]], direction: down, set: {delay: 50ms}}
+  - {at: 0.5s, action: partition, subtree: h2}
+  - {at: 1.0s, action: heal}
+  - {at: 1.5s, action: workload, op: stop}
+"""
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(labmod, "probe", lambda cache=True: Capabilities("test", False, True, True, True))
+    monkeypatch.setattr(labmod, "CTL_ROOT", str(tmp_path / "ctl"))
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += max(s, 0.01)
+
+
+def _runner(tmp_path, text=EXP):
+    exp = parse_experiment(text)
+    plan = build_plan(exp)
+    tl = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
+    state = LabState(lab="fk", backend="fake", shaper="tbf")
+    backend = fake.FakeBackend()
+    rd = RunDir(tmp_path / "run")
+    first = [m.name for m in plan.members if m.name not in tl.joiners]
+    driver = backend.driver(RunContext(exp, plan, state, rd, tmp_path / "ctl", first, labmod.NullProgress()))
+    from orchestrator.nodeconfig import node_configs
+
+    driver.configure(node_configs(exp, plan, rd.path, tmp_path / "ctl"))
+    clock = FakeClock()
+    return Runner(tl, driver, rd, clock=clock, sleep=clock.sleep), backend, driver, state, clock
+
+
+def test_runner_applies_every_operation_through_the_driver_in_time_order(tmp_path):
+    runner, backend, driver, state, clock = _runner(tmp_path)
+    driver.start_nodes(list(runner.driver.ctx.first))
+    backend.calls.clear()
+    runner.execute(clock(), 2.0)
+    ops = [a["op"] for a in runner.applied]
+    assert ops == ["crash", "start", "stop_signal", "link_set", "link_cut", "cont_signal", "link_restore",
+                   "workload_stop"]
+    assert all(a["actual_s"] >= a["planned_s"] for a in runner.applied)
+    calls = [c for c in backend.calls if c[0] in ("signal", "start_nodes", "set_link", "control")]
+    assert calls[0] == ("signal", ("h3",), "SIGKILL") and calls[1] == ("start_nodes", ("h3",))
+    assert calls[2] == ("signal", ("h4",), "SIGSTOP")
+    link_h1 = next(lk.id for lk in runner.driver.ctx.plan.links if lk.child == "h1")
+    assert calls[3][:2] == ("set_link", f"{link_h1}/down") and calls[3][2]["delay_s"] == pytest.approx(0.05)
+    cut = [c for c in calls if c[0] == "set_link" and c[2] is None]
+    assert len(cut) == 2                                     # h2's uplink, both directions
+    restored = calls[calls.index(("signal", ("h4",), "SIGCONT")) + 1:]
+    # heal restores the three changed directions to the plan (5 ms), not the link action's 50 ms
+    assert sorted(c[1] for c in restored if c[0] == "set_link") == sorted([f"{link_h1}/down"] + [c[1] for c in cut])
+    assert all(c[2]["delay_s"] == pytest.approx(0.005) for c in restored if c[0] == "set_link")
+    senders = [m for m, c in driver.configs.items() if c["id"] in c["senders"]]
+    assert calls[-1] == ("control", tuple(senders), "stop") and senders
+    assert driver.nodes["h3"] == "running" and driver.nodes["h4"] == "running"
+    recorded = [json.loads(x) for x in (tmp_path / "run" / "events" / "orchestrator.jsonl").read_text().splitlines()]
+    assert [r["op"] for r in recorded] == ops
+
+
+def test_runner_refuses_an_operation_the_driver_does_not_support(tmp_path, monkeypatch):
+    runner, *_ = _runner(tmp_path)
+    monkeypatch.setattr(fake.FakeDriver, "OPS", frozenset(OpKind) - {OpKind.LINK_CUT})
+    with pytest.raises(Exception, match="not supported"):
+        runner.apply(next(o for o in runner.timeline.ops if o.kind == OpKind.LINK_CUT))
+
+
+def _write(tmp_path, text=EXP):
+    f = tmp_path / "fk.yaml"
+    f.write_text(text)
+    return f
+
+
+def test_run_on_the_fake_backend_writes_a_complete_run_directory(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake"}))
+    run_dir = run(_write(tmp_path), RunOptions(backend="fake", out=tmp_path / "runs"))
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "completed" and m["backend"] == "fake" and m["schedule"]["applied_ops"] == 8
+    assert m["t0_unix"] and m["versions"]["python"]
+    assert (run_dir / "plan.json").exists() and len(list((run_dir / "configs").glob("*.json"))) == 7
+    assert json.loads((run_dir / "configs" / "h3.json").read_text())["wait_for_start"] is True
+    kinds = [c[0] for c in calls]
+    assert kinds[0] == "up" and kinds.index("start_nodes") < kinds.index("await_ready") < kinds.index(
+        "start_protocol") < kinds.index("signal") < kinds.index("stop") < kinds.index("teardown")
+    events = [json.loads(x)["event"] for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()]
+    assert events[0] == "run_started" and events[-1] == "run_stopped" and events.count("action_applied") == 8
+    assert labmod.list_labs() == []                          # torn down
+
+
+def test_an_unsupported_action_is_one_error_before_anything_is_built(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake"}))
+    monkeypatch.setattr(fake.FakeDriver, "OPS", frozenset(OpKind) - {OpKind.LINK_CUT})
+    with pytest.raises(SpecError, match=r"schedule\[4\]: partition at 0.5s: not supported on the fake backend") as e:
+        run(_write(tmp_path), RunOptions(backend="fake", out=tmp_path / "runs"))
+    assert e.value.exit_code == 2
+    assert calls == [] and not (tmp_path / "runs").exists() and labmod.list_labs() == []
+
+
+def test_an_interrupted_run_stops_collects_and_tears_down(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake"}))
+
+    def boom(self, names, timeout_s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fake.FakeDriver, "await_ready", boom)
+    with pytest.raises(KeyboardInterrupt):
+        run(_write(tmp_path), RunOptions(backend="fake", out=tmp_path / "runs"))
+    run_dir = next((tmp_path / "runs").iterdir())
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"].startswith("interrupted") and m["ended_at"]
+    assert [c[0] for c in calls][-2:] == ["stop", "teardown"] and labmod.list_labs() == []
+    assert signal.getsignal(signal.SIGTERM) is not None
