@@ -207,3 +207,25 @@ def test_the_option_changes_no_event_while_nobody_is_declared(n, k, loss):
         assert not sim.of("declared_failed")
         runs.append([(i, e.ts, e.event, e.fields) for i, e in sim.events])
     assert runs[0] == runs[1] and len(runs[0]) > 1000
+
+
+def test_with_local_gossip_a_cut_across_both_groups_heals_too():
+    """§5: failure detection watches the local group and, at SCs, every SC; a cut through both local groups
+    (and their SCs) heals within the same bound, and S keeps rising for everyone afterwards."""
+    from .test_node_properties import local_groups
+
+    sim = Sim(make_configs(N, subgroup=2, step_s=STEP, fail_k=K, rejoin_probe_steps=P, senders=[0, 12],
+                           local_groups=local_groups(N, 2)), loss=0.05, latency=(0.005, LATENCY), seed=2)
+    watch = SafetyWatch(sim)
+    sim.partition(range(5, 11), PART_AT)
+    sim.heal(HEAL_AT)
+    sim.run(HEAL_AT)
+    assert len(sim.of("declared_failed")) > N
+    s_at_heal = {i: sim.nodes[i].stability for i in sim.nodes}
+    sim.run(HEAL_AT + BOUND)
+    assert all(node.fd.failed == set() for node in sim.nodes.values())
+    sim.run(HEAL_AT + BOUND + 20)
+    for i, node in sim.nodes.items():
+        assert node.fd.failed == set()
+        assert all(a > b for a, b in zip(node.stability, s_at_heal[i])), f"S at {i} did not rise after the heal"
+    assert watch.checks > 1000 and watch.max_s > 0

@@ -4,7 +4,8 @@ GSGC (Guo, Hayden, van Renesse, Vogels, Birman 1997): stability detection (Figur
 failure detection (Figure 3, `failure.py`) and their integration (§3.3: W is checked against the live
 membership), global or local gossip with stability controllers (§5), plus what the emulation needs around it:
 a data workload (m senders, per-sender sequence numbers), R maintained from what arrived, NAK repair of gaps
-from the buffer, and garbage collection of the buffer when S rises.
+from the buffer, and garbage collection of the buffer when S rises. With `rejoin_probe_steps`, declared members
+are probed and readmitted members admitted to W at the next round (node_image/README.md, GSGC: Rejoin).
 
 The runtime calls `tick(now)` when `next_wakeup()` has come and `receive(msg, now)` for every decoded packet;
 both return an `Output` (messages to send, events to log). Randomness comes only from a `random.Random` seeded
@@ -149,6 +150,7 @@ class GsgcNode(Core):
         for event, member, value in transitions:
             if event == "declared_failed":
                 self._declared_at[member] = now
+                self._admit_after.pop(member, None)
             if event == "readmitted" and self.rejoin is not None:
                 declared = self._declared_at.pop(member, None)
                 out.log(now, event, member=member, l=value, via=via, declared_ts=declared,
@@ -550,6 +552,8 @@ class GsgcNode(Core):
             state["failed"] = sorted(self.fd.failed)
             state["suspected"] = sorted(self.fd.suspected)
             state["L"] = list(self.fd.live)
+            if self.rejoin is not None:
+                state["admitting"] = sorted(self._admit_after)
         return state
 
 CORE = GsgcNode
