@@ -229,3 +229,20 @@ def test_with_local_gossip_a_cut_across_both_groups_heals_too():
         assert node.fd.failed == set()
         assert all(a > b for a, b in zip(node.stability, s_at_heal[i])), f"S at {i} did not rise after the heal"
     assert watch.checks > 1000 and watch.max_s > 0
+
+
+def test_a_member_that_joins_late_is_admitted():
+    """The schedule's `join`: a member held back at the start (crashed before its first step) starts at 30 s,
+    after everyone declared it; it is readmitted by all within the bound and then contributes to W."""
+    sim = Sim(make_configs(N, subgroup=2, step_s=STEP, fail_k=K, rejoin_probe_steps=P, senders=[0]),
+              latency=(0.005, LATENCY), seed=8)
+    sim.crash(9, 0.0)
+    sim.restart(9, 30.0)
+    sim.run(29.9)
+    assert all(sim.nodes[i].fd.failed == {9} for i in sim.live())
+    sim.run(30.0 + BOUND)
+    assert all(node.fd.failed == set() for node in sim.nodes.values())
+    assert {i for i, e in sim.of("admitted") if e.fields["member"] == 9} == set(sim.nodes) - {9}
+    sim.run(60.0)
+    assert abs(sim.nodes[9].main.round - sim.nodes[0].main.round) <= 1
+    assert sim.nodes[9].stability == sim.nodes[0].stability and sim.nodes[9].stability[0] > 0
