@@ -1,4 +1,7 @@
-"""The fault and perturbation schedule (docs/architecture.md §5), pure: faults are data, as in Jepsen's nemesis.
+"""The fault and perturbation schedule (docs/architecture.md §5), pure: faults are typed data, as in Jepsen's
+nemesis — one pydantic model per action, told apart by `action` (a discriminated union), each expanding itself
+into timed operations (`Op`, of an `OpKind`); a node driver declares the kinds it supports, and
+`check_supported` is the one "not supported on this backend" check, before anything is built.
 
 An experiment's `schedule:` is a list of actions at times relative to the run start:
 
@@ -13,24 +16,23 @@ An experiment's `schedule:` is a list of actions at times relative to the run st
     - {at: 30s, action: join, nodes: [h7]}                # start a member that was held back (`join` lists it)
     - {at: 5s, action: workload, op: stop}                # stop (or start) the senders
 
-`expand()` turns the validated schedule into timed operations (`Op`) on concrete targets; the same seed gives
-the same targets and the same perturbation sleeps.
+`expand()` turns the validated schedule into timed operations on concrete targets; the same seed gives the same
+targets and the same perturbation sleeps.
 """
 from __future__ import annotations
 
 import random
-from enum import StrEnum
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from orchestrator.plan import NetworkPlan
 from orchestrator.models import DirSpec
+from orchestrator.plan import NetworkPlan
 from orchestrator.source import FieldError
 from orchestrator.units import parse_time
 
-ACTIONS = ("crash", "restart", "pause", "perturb", "link", "partition", "heal", "join", "workload")
 PERTURB_INTERVAL_S = 0.1  # "Fighting fire with fire": a perturbed member sleeps for 100 ms intervals
 MAX_OPS = 1_000_000       # operations a schedule may expand to (a week-long perturbation of 1000 nodes is not)
 
@@ -52,69 +54,9 @@ class OpKind(StrEnum):
 LINK_OPS = frozenset({OpKind.LINK_SET, OpKind.LINK_CUT, OpKind.LINK_RESTORE})
 
 
-class Action(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    at: str | float
-    action: Literal["crash", "restart", "pause", "perturb", "link", "partition", "heal", "join", "workload"]
-    # Node targets: explicit, or a seeded draw.
-    nodes: list[str] | None = None
-    count: int | None = Field(None, ge=1)
-    fraction: float | None = Field(None, gt=0, le=1)
-    crashed: bool = False
-    # Link targets.
-    links: list[tuple[str, str]] | None = None
-    subtree: str | None = None
-    direction: Literal["both", "up", "down"] = "both"
-    set: DirSpec | None = None
-    # Parameters.
-    duration: str | float | None = None
-    p: float | None = Field(None, ge=0, le=1)
-    op: Literal["start", "stop"] | None = None
-
-    @field_validator("at", "duration")
-    @classmethod
-    def _time(cls, v):
-        if v is not None:
-            parse_time(v)
-        return v
-
-    @model_validator(mode="after")
-    def _shape(self) -> "Action":
-        node_sel = sum(x is not None for x in (self.nodes, self.count, self.fraction)) + self.crashed
-        link_sel = sum(x is not None for x in (self.links, self.subtree))
-        a = self.action
-        if a in ("crash", "pause", "perturb", "join") and node_sel != 1:
-            raise ValueError(f"{a} needs exactly one of nodes, count, fraction")
-        if a == "restart" and node_sel != 1:
-            raise ValueError("restart needs exactly one of nodes, count, fraction, crashed: true")
-        if a in ("link", "partition") and link_sel != 1:
-            raise ValueError(f"{a} needs exactly one of links: [[a, b], ...] or subtree: NODE")
-        if a == "link" and self.set is None:
-            raise ValueError("link needs `set: {rate|delay|jitter|loss|queue: ...}`")
-        if a in ("pause", "perturb") and self.duration is None:
-            raise ValueError(f"{a} needs a duration")
-        if a == "perturb" and self.p is None:
-            raise ValueError("perturb needs p (probability of sleeping in each 100 ms interval)")
-        if a == "workload" and self.op is None:
-            raise ValueError("workload needs op: start|stop")
-        if self.crashed and a != "restart":
-            raise ValueError("crashed: true only goes with restart")
-        return self
-
-    @property
-    def at_s(self) -> float:
-        return parse_time(self.at)
-
-    @property
-    def duration_s(self) -> float:
-        return parse_time(self.duration) if self.duration is not None else 0.0
-
-
 @dataclass(frozen=True, order=True)
 class Op:
-    """One timed operation on concrete targets. `kind`: crash, start, stop_signal, cont_signal, link_set,
-    link_cut, link_restore, workload_start, workload_stop. `index` is the schedule entry it came from."""
+    """One timed operation on concrete targets. `index` is the schedule entry it came from."""
 
     t: float
     seq: int
@@ -126,9 +68,206 @@ class Op:
     params: Any = field(compare=False, default=None)
 
 
+# --- the actions ---------------------------------------------------------------------------------------------------
+
+class _Action(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: str | float
+    OPS: ClassVar[frozenset[OpKind]] = frozenset()      # what the action may expand to
+
+    @field_validator("at", "duration", check_fields=False)
+    @classmethod
+    def _time(cls, v):
+        if v is not None:
+            parse_time(v)
+        return v
+
+    @property
+    def at_s(self) -> float:
+        return parse_time(self.at)
+
+    @property
+    def duration_s(self) -> float:
+        d = getattr(self, "duration", None)
+        return parse_time(d) if d is not None else 0.0
+
+    def expand(self, i: int, x: "_Expansion") -> None:
+        raise NotImplementedError
+
+
+class _Nodes(_Action):
+    """Node targets: explicit, or a seeded draw."""
+
+    nodes: list[str] | None = None
+    count: int | None = Field(None, ge=1)
+    fraction: float | None = Field(None, gt=0, le=1)
+
+    def _selectors(self) -> int:
+        return sum(x is not None for x in (self.nodes, self.count, self.fraction))
+
+    @model_validator(mode="after")
+    def _one_selector(self):
+        if self._selectors() != 1 and not getattr(self, "crashed", False):
+            raise ValueError(f"{self.action} needs exactly one of nodes, count, fraction")   # type: ignore[attr-defined]
+        return self
+
+
+class _Links(_Action):
+    """Link targets: explicit pairs or a subtree; one direction or both."""
+
+    links: list[tuple[str, str]] | None = None
+    subtree: str | None = None
+    direction: Literal["both", "up", "down"] = "both"
+    NEED_TARGET: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _one_target(self):
+        n = sum(x is not None for x in (self.links, self.subtree))
+        if n > 1 or (self.NEED_TARGET and n != 1):
+            raise ValueError(f"{self.action} needs exactly one of links: [[a, b], ...] or "   # type: ignore[attr-defined]
+                             "subtree: NODE")
+        return self
+
+
+class Crash(_Nodes):
+    action: Literal["crash"]
+    OPS = frozenset({OpKind.CRASH})
+
+    def expand(self, i, x):
+        targets = x.draw(i, self, x.alive)
+        for n in targets:
+            if n not in x.alive:
+                raise x.fail(i, f"{n} is not running at that time", "nodes", self.nodes.index(n) if self.nodes else 0)
+        x.alive = [m for m in x.alive if m not in targets]
+        x.crashed += targets
+        x.add(self.at_s, OpKind.CRASH, i, targets=tuple(targets))
+
+
+class Restart(_Nodes):
+    action: Literal["restart"]
+    crashed: bool = False                # every member crashed so far
+    OPS = frozenset({OpKind.START})
+
+    @model_validator(mode="after")
+    def _restart_selector(self):
+        if self._selectors() + self.crashed != 1:
+            raise ValueError("restart needs exactly one of nodes, count, fraction, crashed: true")
+        return self
+
+    def expand(self, i, x):
+        targets = list(x.crashed) if self.crashed else x.draw(i, self, x.crashed)
+        for n in targets:
+            if n not in x.crashed:
+                raise x.fail(i, f"{n} has not crashed before", "nodes", self.nodes.index(n) if self.nodes else 0)
+        x.crashed = [m for m in x.crashed if m not in targets]
+        x.alive += targets
+        x.add(self.at_s, OpKind.START, i, targets=tuple(targets))
+
+
+class Join(_Nodes):
+    action: Literal["join"]
+    OPS = frozenset({OpKind.START})
+
+    def expand(self, i, x):
+        targets = x.draw(i, self, [])
+        x.alive += targets
+        x.add(self.at_s, OpKind.START, i, targets=tuple(targets))
+
+
+class Pause(_Nodes):
+    action: Literal["pause"]
+    duration: str | float
+    OPS = frozenset({OpKind.STOP_SIGNAL, OpKind.CONT_SIGNAL})
+
+    def expand(self, i, x):
+        targets = tuple(x.draw(i, self, x.alive))
+        x.add(self.at_s, OpKind.STOP_SIGNAL, i, targets=targets)
+        x.add(self.at_s + self.duration_s, OpKind.CONT_SIGNAL, i, targets=targets)
+
+
+class Perturb(_Nodes):
+    """Sleep 100 ms intervals with probability p ("Fighting fire with fire")."""
+
+    action: Literal["perturb"]
+    duration: str | float
+    p: float = Field(ge=0, le=1)
+    OPS = frozenset({OpKind.STOP_SIGNAL, OpKind.CONT_SIGNAL})
+
+    def expand(self, i, x):
+        targets = x.draw(i, self, x.alive)
+        t = self.at_s
+        rng = random.Random(f"{x.seed}/{i}/sleep")
+        steps = int(round(self.duration_s / PERTURB_INTERVAL_S))
+        if steps * len(targets) + len(x.ops) > MAX_OPS:
+            raise x.fail(i, f"{len(targets)} members perturbed for {self.duration} would be more than {MAX_OPS} "
+                            "operations", "duration")
+        for n in targets:
+            asleep = False
+            for s in range(steps):
+                sleep = rng.random() < self.p
+                ts = t + s * PERTURB_INTERVAL_S
+                if sleep and not asleep:
+                    x.add(ts, OpKind.STOP_SIGNAL, i, targets=(n,))
+                elif asleep and not sleep:
+                    x.add(ts, OpKind.CONT_SIGNAL, i, targets=(n,))
+                asleep = sleep
+            if asleep:
+                x.add(t + steps * PERTURB_INTERVAL_S, OpKind.CONT_SIGNAL, i, targets=(n,))
+
+
+class LinkChange(_Links):
+    action: Literal["link"]
+    set: DirSpec
+    OPS = frozenset({OpKind.LINK_SET})
+
+    def expand(self, i, x):
+        lt = x.link_targets(i, self)
+        x.changed_links += lt
+        x.add(self.at_s, OpKind.LINK_SET, i, links=tuple(lt), params=self.set)
+
+
+class Partition(_Links):
+    action: Literal["partition"]
+    OPS = frozenset({OpKind.LINK_CUT})
+
+    def expand(self, i, x):
+        lt = x.link_targets(i, self)
+        x.changed_links += lt
+        x.add(self.at_s, OpKind.LINK_CUT, i, links=tuple(lt))
+
+
+class Heal(_Links):
+    """Restore the given links, or without targets every link changed or cut so far."""
+
+    action: Literal["heal"]
+    NEED_TARGET = False
+    OPS = frozenset({OpKind.LINK_RESTORE})
+
+    def expand(self, i, x):
+        lt = (x.link_targets(i, self) if (self.links or self.subtree) else list(dict.fromkeys(x.changed_links)))
+        x.changed_links = [c for c in x.changed_links if c not in lt]
+        x.add(self.at_s, OpKind.LINK_RESTORE, i, links=tuple(lt))
+
+
+class Workload(_Action):
+    action: Literal["workload"]
+    op: Literal["start", "stop"]
+    OPS = frozenset({OpKind.WORKLOAD_START, OpKind.WORKLOAD_STOP})
+
+    def expand(self, i, x):
+        x.add(self.at_s, OpKind(f"workload_{self.op}"), i)
+
+
+ACTION_TYPES = (Crash, Restart, Pause, Perturb, LinkChange, Partition, Heal, Join, Workload)
+ACTIONS = tuple(c.model_fields["action"].annotation.__args__[0] for c in ACTION_TYPES)
+Action = Annotated[Union[ACTION_TYPES], Field(discriminator="action")]   # type: ignore[valid-type]
+_ADAPTER: TypeAdapter = TypeAdapter(Action)
+
+
 @dataclass
 class Timeline:
-    actions: list[Action]
+    actions: list[_Action]
     ops: list[Op]
     joiners: list[str]          # members that start only when a `join` action starts them
 
@@ -136,152 +275,108 @@ class Timeline:
         return [{"index": i, "at_s": a.at_s, "action": a.action} for i, a in enumerate(self.actions)]
 
 
-def parse_schedule(raw: list[dict], path: str = "schedule") -> list[Action]:
+def parse_schedule(raw: list[dict], path: str = "schedule") -> list[_Action]:
     """Validate each entry. Errors are FieldErrors located at `schedule[i].field` (the experiment loader adds
     the file and line)."""
     actions = []
     for i, item in enumerate(raw):
         try:
-            actions.append(Action.model_validate(item))
+            actions.append(_ADAPTER.validate_python(item))
         except ValidationError as exc:
             first = exc.errors()[0]
-            loc = tuple(x for x in first["loc"] if isinstance(x, int) or not (str(x)[:1].isupper() or "[" in str(x)))
+            loc = first["loc"]
+            if loc and isinstance(item, dict) and loc[0] == item.get("action"):
+                loc = loc[1:]                                 # the union's tag: not a field of the file
+            loc = tuple(x for x in loc if isinstance(x, int) or not (str(x)[:1].isupper() or "[" in str(x)))
             msg = first["msg"].removeprefix("Value error, ")
             if first["type"] == "extra_forbidden":
-                msg = "unknown key"
-            if first["type"] == "literal_error" and first["loc"][:1] == ("action",):
+                msg = "unknown key" + (f" for {item.get('action')}" if isinstance(item, dict) else "")
+            elif first["type"] == "missing" and loc:
+                msg = f"{item.get('action')} needs {loc[-1]}"
+            elif first["type"] in ("union_tag_invalid", "union_tag_not_found", "model_attributes_type"):
                 name = item.get("action") if isinstance(item, dict) else None
-                msg = f"unknown action {name!r} (one of {', '.join(ACTIONS)})"
+                loc = ("action",)
+                msg = (f"unknown action {name!r} (one of {', '.join(ACTIONS)})" if name is not None
+                       else f"each entry needs `action:` (one of {', '.join(ACTIONS)})")
             raise FieldError((path, i, *loc), msg) from None
     return actions
 
 
-def expand(actions: list[Action], plan: NetworkPlan, duration_s: float, seed: int) -> Timeline:
-    """Resolve targets (seeded) and turn actions into timed ops; raise SpecError for anything impossible."""
-    members = [n.name for n in plan.members]
-    all_names = {n.name for n in plan.nodes}
-    joiners = [n for a in actions if a.action == "join" for n in (a.nodes or [])]
-    alive = [m for m in members if m not in joiners]
-    crashed: list[str] = []
-    ops: list[Op] = []
-    seq = 0
-    changed_links: list[tuple[str, str]] = []
+class _Expansion:
+    """The state an expansion carries from one action to the next (who is alive, crashed, which links changed)."""
 
-    def add(t: float, kind: str, index: int, **kw) -> None:
-        nonlocal seq
-        ops.append(Op(t=t, seq=seq, kind=OpKind(kind), index=index, **kw))
-        seq += 1
+    def __init__(self, actions: list[_Action], plan: NetworkPlan, seed: int):
+        self.actions, self.plan, self.seed = actions, plan, seed
+        self.members = [n.name for n in plan.members]
+        self.all_names = {n.name for n in plan.nodes}
+        self.joiners = [n for a in actions if isinstance(a, Join) for n in (a.nodes or [])]
+        self.alive = [m for m in self.members if m not in self.joiners]
+        self.crashed: list[str] = []
+        self.ops: list[Op] = []
+        self.changed_links: list[tuple[str, str]] = []
 
-    def fail(i: int, msg: str, *where) -> FieldError:
-        return FieldError(("schedule", i, *where), f"{actions[i].action} at {actions[i].at}: {msg}")
+    def add(self, t: float, kind: OpKind, index: int, **kw) -> None:
+        self.ops.append(Op(t=t, seq=len(self.ops), kind=kind, index=index, **kw))
 
-    def draw(i: int, a: Action, pool: list[str]) -> list[str]:
+    def fail(self, i: int, msg: str, *where) -> FieldError:
+        a = self.actions[i]
+        return FieldError(("schedule", i, *where), f"{a.action} at {a.at}: {msg}")
+
+    def draw(self, i: int, a: _Nodes, pool: list[str]) -> list[str]:
         if a.nodes is not None:
             for j, n in enumerate(a.nodes):
-                if n not in all_names:
-                    raise fail(i, f"unknown node {n!r}", "nodes", j)
-                if n not in members:
-                    raise fail(i, f"{n} is a router, not a group member", "nodes", j)
+                if n not in self.all_names:
+                    raise self.fail(i, f"unknown node {n!r}", "nodes", j)
+                if n not in self.members:
+                    raise self.fail(i, f"{n} is a router, not a group member", "nodes", j)
             return list(a.nodes)
         k = a.count if a.count is not None else max(1, round(a.fraction * len(pool)))  # type: ignore[operator]
         if k > len(pool):
-            raise fail(i, f"wants {k} members but only {len(pool)} are eligible",
-                       "count" if a.count is not None else "fraction")
-        rng = random.Random(f"{seed}/{i}")
-        return sorted(rng.sample(sorted(pool), k), key=lambda n: plan.node(n).index)
+            raise self.fail(i, f"wants {k} members but only {len(pool)} are eligible",
+                            "count" if a.count is not None else "fraction")
+        rng = random.Random(f"{self.seed}/{i}")
+        return sorted(rng.sample(sorted(pool), k), key=lambda n: self.plan.node(n).index)
 
-    def link_targets(i: int, a: Action) -> list[tuple[str, str]]:
+    def link_targets(self, i: int, a: _Links) -> list[tuple[str, str]]:
+        plan = self.plan
         dirs = ("down", "up") if a.direction == "both" else (a.direction,)
         ids = []
         if a.links is not None:
-            for j, (x, y) in enumerate(a.links):
-                for n in (x, y):
-                    if n not in all_names:
-                        raise fail(i, f"unknown node {n!r}", "links", j)
+            for j, (p, q) in enumerate(a.links):
+                for n in (p, q):
+                    if n not in self.all_names:
+                        raise self.fail(i, f"unknown node {n!r}", "links", j)
                 try:
-                    ids.append(plan.link_of(x, y).id)
+                    ids.append(plan.link_of(p, q).id)
                 except Exception:
-                    raise fail(i, f"{x} and {y} are not linked", "links", j) from None
+                    raise self.fail(i, f"{p} and {q} are not linked", "links", j) from None
         else:
-            if a.subtree not in all_names:
-                raise fail(i, f"unknown node {a.subtree!r}", "subtree")
+            if a.subtree not in self.all_names:
+                raise self.fail(i, f"unknown node {a.subtree!r}", "subtree")
             node = plan.node(a.subtree)  # type: ignore[arg-type]
             if node.parent is None:
-                raise fail(i, "the root has no uplink to cut", "subtree")
-            if a.action == "partition":
+                raise self.fail(i, "the root has no uplink to cut", "subtree")
+            if isinstance(a, Partition):
                 ids.append(plan.link_of(node.parent, node.name).id)
             else:
                 sub = set(plan.subtree(node.name))
                 ids += [lk.id for lk in plan.links if lk.child in sub]
         return [(lid, d) for lid in ids for d in dirs]
 
-    order = sorted(range(len(actions)), key=lambda i: (actions[i].at_s, i))
-    for i in order:
+
+def expand(actions: list[_Action], plan: NetworkPlan, duration_s: float, seed: int) -> Timeline:
+    """Resolve targets (seeded) and turn actions into timed ops; raise FieldError for anything impossible."""
+    x = _Expansion(actions, plan, seed)
+    for i in sorted(range(len(actions)), key=lambda i: (actions[i].at_s, i)):
         a = actions[i]
-        t = a.at_s
-        if t > duration_s:
-            raise fail(i, f"time {a.at} is beyond the duration ({duration_s:g} s)", "at")
-        if a.action in ("pause", "perturb") and t + a.duration_s > duration_s:
-            raise fail(i, f"ends at {t + a.duration_s:g} s, beyond the duration ({duration_s:g} s)", "duration")
-        if a.action == "crash":
-            targets = draw(i, a, alive)
-            for n in targets:
-                if n not in alive:
-                    raise fail(i, f"{n} is not running at that time", "nodes", a.nodes.index(n) if a.nodes else 0)
-            alive = [m for m in alive if m not in targets]
-            crashed += targets
-            add(t, "crash", i, targets=tuple(targets))
-        elif a.action == "restart":
-            targets = list(crashed) if a.crashed else draw(i, a, crashed)
-            for n in targets:
-                if n not in crashed:
-                    raise fail(i, f"{n} has not crashed before", "nodes", a.nodes.index(n) if a.nodes else 0)
-            crashed = [m for m in crashed if m not in targets]
-            alive += targets
-            add(t, "start", i, targets=tuple(targets))
-        elif a.action == "join":
-            targets = draw(i, a, [])
-            alive += targets
-            add(t, "start", i, targets=tuple(targets))
-        elif a.action == "pause":
-            targets = draw(i, a, alive)
-            add(t, "stop_signal", i, targets=tuple(targets))
-            add(t + a.duration_s, "cont_signal", i, targets=tuple(targets))
-        elif a.action == "perturb":
-            targets = draw(i, a, alive)
-            rng = random.Random(f"{seed}/{i}/sleep")
-            steps = int(round(a.duration_s / PERTURB_INTERVAL_S))
-            if steps * len(targets) + len(ops) > MAX_OPS:
-                raise fail(i, f"{len(targets)} members perturbed for {a.duration} would be more than {MAX_OPS} "
-                              "operations", "duration")
-            for n in targets:
-                asleep = False
-                for s in range(steps):
-                    sleep = rng.random() < a.p  # type: ignore[operator]
-                    ts = t + s * PERTURB_INTERVAL_S
-                    if sleep and not asleep:
-                        add(ts, "stop_signal", i, targets=(n,))
-                    elif asleep and not sleep:
-                        add(ts, "cont_signal", i, targets=(n,))
-                    asleep = sleep
-                if asleep:
-                    add(t + steps * PERTURB_INTERVAL_S, "cont_signal", i, targets=(n,))
-        elif a.action == "link":
-            lt = link_targets(i, a)
-            changed_links += lt
-            add(t, "link_set", i, links=tuple(lt), params=a.set)
-        elif a.action == "partition":
-            lt = link_targets(i, a)
-            changed_links += lt
-            add(t, "link_cut", i, links=tuple(lt))
-        elif a.action == "heal":
-            lt = (link_targets(i, a) if (a.links or a.subtree) else list(dict.fromkeys(changed_links)))
-            changed_links = [x for x in changed_links if x not in lt]
-            add(t, "link_restore", i, links=tuple(lt))
-        elif a.action == "workload":
-            add(t, f"workload_{a.op}", i)
-    ops.sort()
-    return Timeline(actions=actions, ops=ops, joiners=joiners)
+        if a.at_s > duration_s:
+            raise x.fail(i, f"time {a.at} is beyond the duration ({duration_s:g} s)", "at")
+        if a.at_s + a.duration_s > duration_s:
+            raise x.fail(i, f"ends at {a.at_s + a.duration_s:g} s, beyond the duration ({duration_s:g} s)",
+                         "duration")
+        a.expand(i, x)
+    x.ops.sort()
+    return Timeline(actions=actions, ops=x.ops, joiners=x.joiners)
 
 
 def check_supported(timeline: Timeline, supported: frozenset[OpKind], backend: str, why: str = "") -> None:

@@ -78,7 +78,7 @@ def test_join_members_start_late():
     ([{"at": 5, "action": "crash", "fraction": 1.5}], "less than or equal to 1"),
     ([{"at": 5, "action": "crash", "nodes": ["h999"]}], "unknown node 'h999'"),
     ([{"at": 5, "action": "crash", "nodes": [ROUTER]}], "is a router"),
-    ([{"at": 5, "action": "pause", "nodes": [MEMBERS[0]]}], "needs a duration"),
+    ([{"at": 5, "action": "pause", "nodes": [MEMBERS[0]]}], "pause needs duration"),
     ([{"at": 50, "action": "pause", "nodes": [MEMBERS[0]], "duration": "20s"}], "beyond the duration"),
     ([{"at": 5, "action": "crash", "fraction": 0.1, "colour": "red"}], "unknown key"),
     ([{"at": 5, "action": "crash", "count": 21}], "only 20 are eligible"),
@@ -88,3 +88,50 @@ def test_bad_schedules_are_rejected(raw, words):
     with pytest.raises(SpecError) as exc:
         timeline(raw)
     assert words in str(exc.value) and "schedule[0]" in str(exc.value)
+
+
+# --- faults as typed data -------------------------------------------------------------------------------------
+
+def test_each_action_is_its_own_model_and_declares_its_operations():
+    from orchestrator.schedule import ACTION_TYPES, ACTIONS, Crash, LinkChange, OpKind, Pause
+
+    acts = parse_schedule([{"at": 1, "action": "crash", "nodes": [MEMBERS[0]]},
+                           {"at": 2, "action": "pause", "count": 1, "duration": "1s"},
+                           {"at": 3, "action": "link", "subtree": MEMBERS[1], "set": {"delay": "1ms"}}])
+    assert [type(a) for a in acts] == [Crash, Pause, LinkChange]
+    assert acts[1].duration_s == 1.0 and acts[2].set.delay == "1ms"
+    assert set(ACTIONS) == {"crash", "restart", "pause", "perturb", "link", "partition", "heal", "join", "workload"}
+    # every operation an action expands to is one it declares, and together they cover every OpKind
+    assert set().union(*(t.OPS for t in ACTION_TYPES)) == set(OpKind)
+    tl = timeline([{"at": 1, "action": "crash", "nodes": [MEMBERS[0]]}, {"at": 2, "action": "restart", "crashed": True},
+                   {"at": 3, "action": "pause", "count": 2, "duration": "1s"},
+                   {"at": 4, "action": "perturb", "count": 1, "p": 0.5, "duration": "2s"},
+                   {"at": 5, "action": "partition", "subtree": MEMBERS[1]}, {"at": 6, "action": "heal"},
+                   {"at": 7, "action": "workload", "op": "start"}], seed=3)
+    assert len(tl.ops) > 7
+    for op in tl.ops:
+        assert op.kind in type(tl.actions[op.index]).OPS
+
+
+@pytest.mark.parametrize("raw,where,words", [
+    ({"at": 5, "action": "crash", "nodes": ["h1"], "p": 0.5}, "schedule[0].p", "unknown key for crash"),
+    ({"at": 5, "action": "workload"}, "schedule[0].op", "workload needs op"),
+    ({"at": 5, "action": "perturb", "count": 1, "duration": "1s"}, "schedule[0].p", "perturb needs p"),
+    ({"at": 5, "nodes": ["h1"]}, "schedule[0].action", "each entry needs `action:`"),
+    ({"at": 5, "action": "heal", "links": [["h0", "h1"]], "subtree": "h1"}, "schedule[0]", "exactly one of links"),
+    ({"at": 5, "action": "partition", "direction": "sideways", "subtree": "h1"}, "schedule[0].direction", "'both'"),
+])
+def test_typed_actions_locate_each_problem(raw, where, words):
+    with pytest.raises(SpecError) as exc:
+        parse_schedule([raw])
+    assert str(exc.value).startswith(where + ":") and words in str(exc.value), str(exc.value)
+
+
+def test_every_shipped_experiment_still_validates():
+    from pathlib import Path
+
+    from orchestrator.spec import load_experiment
+
+    files = sorted((Path(__file__).resolve().parents[2] / "topologies").glob("*.yaml"))
+    with_schedule = [f for f in files if load_experiment(f).schedule]
+    assert with_schedule            # the check is not vacuous
