@@ -181,3 +181,8 @@ def test_mcast_needs_the_region_groups():
         d = cfgs[0].model_dump(mode="json")
         d["protocol"]["transport"] = "mcast"
         NodeConfig.model_validate(d)
+
+
+def test_the_runtime_opens_its_tcp_listener_for_qsm():
+    # the control traffic goes on TCP streams: without the listener every token pass is a refused connect
+    assert make_configs(24, GROUPS)[0].protocol.uses_tcp

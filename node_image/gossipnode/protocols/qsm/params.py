@@ -44,6 +44,11 @@ class QsmParams(Strict):
     rate_samples: int = Field(default=10, ge=1, description="k: the receivers' moving average window")
     rate_interval_s: float = Field(default=1.0, gt=0, description="Δ: the receivers' rate sampling interval")
 
+    @property
+    def uses_tcp(self) -> bool:
+        """The runtime opens its TCP listener: the token, forwards, pulls, NAKs and ACKs go on TCP streams."""
+        return True
+
     def membership(self, cfg: "NodeConfig") -> Membership:  # noqa: F821
         return Membership.build(self, cfg)
 
