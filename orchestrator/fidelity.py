@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from orchestrator.plan import Link, NetworkPlan, path
-from orchestrator.shaping import render
+from orchestrator.shaping import shapers
 from orchestrator.shaping.params import L2_OVERHEAD_BYTES
 
 PING_IP_BYTES = 100          # ping -s 72: 72 + 8 ICMP + 20 IP
@@ -51,13 +51,15 @@ def expected_rtt_ms(plan: NetworkPlan, hops: list[str], shaper: str, ip_bytes: i
     """(configured RTT, RTT the shaper emulates, round-trip loss probability) of a ping along `hops`."""
     configured = emulated = 0.0
     survive = 1.0
+    s = shapers.get(shaper)
     for a, b in zip(hops, hops[1:]):
         link = plan.link_of(a, b)
         for d in ((link.down, link.up) if link.parent == a else (link.up, link.down)):   # there and back
             one = d.delay_s + d.serialisation_s(ip_bytes)
             configured += one
-            lost = render.fidelity(shaper, d).lost()
-            emulated += (0 if "delay" in lost else d.delay_s) + (0 if shaper == "tbf" else d.serialisation_s(ip_bytes))
+            lost = s.fidelity(d).lost()
+            emulated += ((0 if "delay" in lost else d.delay_s)
+                         + (d.serialisation_s(ip_bytes) if s.emulates_serialisation else 0))
             survive *= 1 - d.loss
     return configured * 1000, emulated * 1000, 1 - survive
 
@@ -159,7 +161,7 @@ def plan_rate_sample(plan: NetworkPlan, shaper: str, link: Link | None = None,
     count = max(8, min(30, (d.queue_pkts or 1000) - 2))
     wire = d.rate_bps * train_s / 8 / count
     payload = int(max(64, min(1400, wire - UDP_IP_OVERHEAD - L2_OVERHEAD_BYTES)))
-    emulated = not render.fidelity(shaper, d).rate.startswith("NOT")
+    emulated = not shapers.get(shaper).fidelity(d).rate.startswith("NOT")
     return RateSample(link=link.id, direction="down", src=link.parent, dst=link.child,
                       configured_bps=d.rate_bps, emulated=emulated, count=count, payload=payload)
 

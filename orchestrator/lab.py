@@ -16,7 +16,7 @@ from orchestrator.backends.registry import get_backend
 from orchestrator.errors import LabExists, OrchestratorError, ShapingError, SpecError
 from orchestrator.mcast.realise import status as mcast_status
 from orchestrator.plan import NetworkPlan, build_plan
-from orchestrator.shaping import render
+from orchestrator.shaping import shapers
 from orchestrator.shaping.params import DirParams
 from orchestrator.shaping.probe import Capabilities, probe_kernel
 from orchestrator.spec import Experiment, check_name, load_experiment
@@ -46,9 +46,10 @@ def prepare(experiment_path: str | Path, name: str | None = None, variables: dic
 def shaping_warnings(plan: NetworkPlan, shaper: str) -> list[str]:
     """What the chosen shaper will not emulate: one line per lost parameter, counted over link directions."""
     lost: dict[str, list[DirParams]] = {}
+    s = shapers.get(shaper)
     for link in plan.links:
         for d in (link.down, link.up):
-            for param in render.fidelity(shaper, d).lost():
+            for param in s.fidelity(d).lost():
                 lost.setdefault(param, []).append(d)
     out = []
     for param, dirs in sorted(lost.items()):
@@ -62,9 +63,10 @@ def shaping_warnings(plan: NetworkPlan, shaper: str) -> list[str]:
 def shaping_parameters(plan: NetworkPlan, shaper: str) -> dict[str, dict[str, int]]:
     """What each link parameter really gets with `shaper`: {parameter: {how: number of link directions}}."""
     out: dict[str, dict[str, int]] = {}
+    s = shapers.get(shaper)
     for link in plan.links:
         for d in (link.down, link.up):
-            for param, how in render.fidelity(shaper, d).__dict__.items():
+            for param, how in s.fidelity(d).__dict__.items():
                 out.setdefault(param, {})
                 out[param][how] = out[param].get(how, 0) + 1
     return out
@@ -199,7 +201,7 @@ def status(lab: str) -> dict:
     plan = state.load_plan()
     backend = get_backend(state.backend)
     health = backend.health(state)
-    stats = backend.shaper_stats(state) if state.shaper == "delayline" and not health else None
+    stats = backend.shaper_stats(state) if not health else None
     per_dir = (stats or {}).get("queues", {})
     links = []
     for lk in plan.links:

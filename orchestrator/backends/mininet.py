@@ -29,7 +29,7 @@ from orchestrator.backends.local import LocalDriver
 from orchestrator.errors import BackendError, DelayLineDied
 from orchestrator.mcast import realise as mcast
 from orchestrator.plan import Link, NetworkPlan
-from orchestrator.shaping import delayline, render
+from orchestrator.shaping import delayline, shapers
 from orchestrator.shaping.params import DirParams
 from orchestrator.state import LabState
 
@@ -78,15 +78,9 @@ def node_ip_lines(plan: NetworkPlan, node: str) -> list[str]:
 
 def node_shaping(plan: NetworkPlan, node: str, shaper: str) -> tuple[list[str], str | None]:
     """(tc batch lines, iptables-restore input or None) for one node's egress interfaces (pure)."""
-    tc, rules, queues = [], [], []
-    for queue_num, (dev, params, _, _) in enumerate(_egress(plan, node)):
-        tc += render.tc_lines(shaper, dev, params)
-        rules += render.iptables_lines(shaper, dev, params)
-        if shaper == "delayline" and not params.is_null():
-            queues.append((dev, queue_num))
-    if queues:
-        return tc, delayline.render_rules(queues)
-    return tc, render.iptables_restore_input(rules) if rules else None
+    s = shapers.get(shaper)
+    egress = [(dev, params) for dev, params, _, _ in _egress(plan, node)]
+    return [x for dev, d in egress for x in s.tc_lines(dev, d)], s.node_rules(egress)
 
 
 def delayline_queues(plan: NetworkPlan, lab: str) -> list[delayline.QueueSpec]:
@@ -139,7 +133,8 @@ class MininetBackend(Backend):
         for n in names:
             netns.write_sysctls(ns_name(lab, n), NODE_SYSCTLS)
 
-        if shaper == "delayline":
+        s = shapers.get(shaper)
+        if s.userspace:
             # The queues are bound before any rule exists (a rule without a listener drops: fail closed).
             progress.note("starting the delay line ...")
             self._start_delayline(plan, state)
@@ -147,15 +142,7 @@ class MininetBackend(Backend):
         def configure(node: str) -> None:
             ns = ns_name(lab, node)
             netns.ip_batch(node_ip_lines(plan, node), ns)
-            tc, rules = node_shaping(plan, node, shaper)
-            netns.ip_batch(tc, ns, tool="tc")
-            if shaper == "delayline":
-                # One packet per wire packet: no segmentation offloads on shaped interfaces (the kernel also
-                # segments GSO packets before queueing them to us; this keeps GRO from merging them again).
-                netns.disable_offloads(ns, [dev for dev, params, _, _ in _egress(plan, node)
-                                            if not params.is_null()])
-            if rules:
-                netns.iptables_restore(ns, rules)
+            s.apply(netns, ns, [(dev, params) for dev, params, _, _ in _egress(plan, node)])
 
         progress.start("addresses, routes, shaping", len(names))
         netns.parallel(configure, names, on_done=lambda: progress.advance("addresses, routes, shaping"))
@@ -230,31 +217,15 @@ class MininetBackend(Backend):
         was_cut = state.link_overrides.get(key) == "cut"
         state.link_overrides[key] = "cut" if params is None else params.to_json()
         state.save()
-        if state.shaper == "delayline":
-            # Live, packets in flight keep their schedule; a cut also drops what the direction holds.
-            client = self._client(state)
-            if params is None:
-                client.cut(key)
-            else:
-                if was_cut:
-                    client.heal(key)
-                client.set(key, params)
-            return
+        s = shapers.get(state.shaper)
         node, dev = (link.parent, link.parent_if) if direction == "down" else (link.child, link.child_if)
-        ns = ns_name(state.lab, node)
-        # del + add, never `change`: on kernel 6.1 `change` keeps an omitted rate/reorder of the old qdisc.
-        netns.ip_batch(render.tc_clear_lines(dev), ns, tool="tc", force=True)
-        netns.ip_batch(render.tc_lines(state.shaper, dev, params or DirParams()), ns, tool="tc")
-        # The node's whole mangle table, re-rendered from the effective parameters of all its egresses.
-        rules = []
+        # Every egress of the node with its parameters now (None: cut): the node's whole mangle table.
+        effective = []
         for d, planned, lk, dirn in _egress(plan, node):
             eff = state.link_overrides.get(f"{lk.id}/{dirn}")
-            if eff == "cut":
-                rules.append(f"-A POSTROUTING -o {d} -j DROP")
-            else:
-                rules += render.iptables_lines(state.shaper, d, DirParams.from_json(eff) if eff else planned)
-        netns.run_checked(["ip", "netns", "exec", ns, "iptables-restore", "-w"],
-                          stdin=render.iptables_restore_input(rules), what=f"iptables-restore in {ns}")
+            effective.append((d, None if eff == "cut" else (DirParams.from_json(eff) if eff else planned)))
+        s.set_link(netns, ns_name(state.lab, node), dev, params, effective,
+                   client=self._client(state) if s.userspace else None, key=key, was_cut=was_cut)
 
     def health(self, state: LabState) -> list[str]:
         problems = []
@@ -270,7 +241,7 @@ class MininetBackend(Backend):
     def check(self, state: LabState) -> None:
         if mcast.health(state):
             raise BackendError(mcast.health(state)[0])
-        if state.shaper != "delayline":
+        if not shapers.get(state.shaper).userspace:
             return
         pid = (state.delayline or {}).get("pid")
         if not pid or not _is_delayline(pid, state):
@@ -279,9 +250,8 @@ class MininetBackend(Backend):
         self._client(state).ping()     # raises DelayLineDied when the kernel dropped queued packets
 
     def shaper_stats(self, state: LabState) -> dict | None:
-        if state.shaper != "delayline":
-            return None
-        return self._client(state).stats()
+        s = shapers.get(state.shaper)
+        return s.counters(self._client(state)) if s.userspace else None
 
     # --- the delay line ---------------------------------------------------------------------------------------
     def _client(self, state: LabState) -> delayline.DelayLineClient:

@@ -22,12 +22,12 @@ import jinja2
 
 from orchestrator.hosts.hostsfile import Host
 from orchestrator.plan import NetworkPlan
-from orchestrator.shaping import render as shaping
+from orchestrator.shaping import shapers
 from orchestrator.shaping.params import DirParams
 
 NODE_PORT = 7000
-UNSHAPED_RATE = "10gbit"
 TEMPLATES = Path(__file__).parent / "templates"
+HOST_SHAPERS = [s.name for s in shapers.SHAPERS.values() if s.on_hosts]     # the playbooks choose one per host
 SUN_PATH_MAX = 107
 
 
@@ -43,50 +43,22 @@ def egress_params(plan: NetworkPlan, member: str) -> DirParams:
 def tc_ops(shaper: str, d: DirParams, port: int = NODE_PORT) -> list[dict]:
     """tc operations for one host egress: each {"obj": qdisc|class|filter, "args": [...]}, run as
     `tc <obj> add dev <D> <args...>`. Empty when there is nothing to shape."""
-    if d.is_null() or (shaper == "tbf" and not d.rate_bps and not d.queue_pkts):
-        return []
-    ops = [
-        {"obj": "qdisc", "args": ["root", "handle", "1:", "htb", "default", "1"]},
-        {"obj": "class", "args": ["parent", "1:", "classid", "1:1", "htb", "rate", UNSHAPED_RATE,
-                                  "quantum", "60000"]},
-    ]
-    if shaper == "netem":
-        ops += [
-            {"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", UNSHAPED_RATE,
-                                      "quantum", "60000"]},
-            {"obj": "qdisc", "args": ["parent", "1:2", "handle", "20:", "netem", *shaping.netem_args(d)]},
-        ]
-    elif shaper == "tbf":
-        if d.rate_bps:
-            burst = str(shaping.tbf_burst_bytes(d.rate_bps))
-            rate = f"{d.rate_bps}bit"
-            ops.append({"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", rate, "ceil", rate,
-                                                 "burst", burst, "cburst", burst, "quantum", "1514"]})
-        else:
-            ops.append({"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", UNSHAPED_RATE,
-                                                 "quantum", "60000"]})
-        ops.append({"obj": "qdisc", "args": ["parent", "1:2", "handle", "20:", "pfifo", "limit",
-                                             str(d.queue_pkts or shaping.UNBOUNDED_QUEUE)]})
-    else:
-        raise ValueError(f"hosts: unknown shaper {shaper!r} (netem or tbf)")
-    ops.append({"obj": "filter", "args": ["parent", "1:", "protocol", "ip", "prio", "1", "u32",
-                                          "match", "ip", "protocol", "17", "0xff",
-                                          "match", "ip", "sport", str(port), "0xffff", "flowid", "1:2"]})
-    return ops
+    try:
+        s = shapers.get(shaper)
+    except ValueError:
+        raise ValueError(f"hosts: unknown shaper {shaper!r} (netem or tbf)") from None
+    return s.host_tc_ops(d, port)
 
 
 def loss_rule(shaper: str, d: DirParams, lab: str, port: int = NODE_PORT) -> list[str]:
     """iptables mangle POSTROUTING match for tbf's random loss, after `-o <D>` (empty: no rule). The comment
     carries the lab, so the rule is recognisable; teardown deletes exactly this rule (`-D`)."""
-    if shaper != "tbf" or not d.loss or d.gemodel:
-        return []
-    return ["-p", "udp", "--sport", str(port), "-m", "statistic", "--mode", "random",
-            "--probability", f"{d.loss:.8f}", "-m", "comment", "--comment", f"gossip-testbed lab {lab}", "-j", "DROP"]
+    return shapers.get(shaper).host_loss_rule(d, lab, port)
 
 
 def lost_params(shaper: str, d: DirParams) -> list[str]:
     """Parameters of `d` the shaper does not emulate on a host."""
-    return shaping.fidelity(shaper, d).lost()
+    return shapers.get(shaper).fidelity(d).lost()
 
 
 def run_dir_remote(host: Host, lab: str) -> str:
@@ -149,9 +121,9 @@ def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port:
         "gossip_dir": host.lab_dir(lab),
         "gossip_python": host.python,
         "gossip_egress": {k: v for k, v in d.to_json().items()},
-        "gossip_tc": {s: tc_ops(s, d, port) for s in ("netem", "tbf")},
-        "gossip_loss_rule": {s: loss_rule(s, d, lab, port) for s in ("netem", "tbf")},
-        "gossip_lost": {s: lost_params(s, d) for s in ("netem", "tbf")},
+        "gossip_tc": {s: tc_ops(s, d, port) for s in HOST_SHAPERS},
+        "gossip_loss_rule": {s: loss_rule(s, d, lab, port) for s in HOST_SHAPERS},
+        "gossip_lost": {s: lost_params(s, d) for s in HOST_SHAPERS},
         "gossip_node_argv": node_start_argv(host, lab),
         "gossip_capture_argv": capture_start_argv(host, lab, snaplen),
     }

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.errors import ShapingError, SpecError
+from orchestrator.shaping import shapers
 
-SHAPERS = ("auto", "netem", "delayline", "tbf")
+SHAPERS = ("auto", *shapers.SHAPERS)
 
 
 def check_shaper(wanted: str) -> str:
@@ -38,16 +39,16 @@ class Capabilities:
 
     def choose(self, wanted: str) -> str:
         """Resolve --shaper auto|netem|delayline|tbf against what the kernel has."""
-        available = {"netem": self.netem, "delayline": self.nfqueue, "tbf": self.tbf}
         if wanted == "auto":
-            for shaper in ("netem", "delayline", "tbf"):
-                if available[shaper]:
-                    return shaper
+            for s in shapers.SHAPERS.values():          # in the order of preference
+                if getattr(self, s.capability):
+                    return s.name
             raise ShapingError("this kernel has none of netem, NFQUEUE or tbf: links cannot be shaped")
         check_shaper(wanted)
-        if not available[wanted]:
-            need = {"netem": "sch_netem", "delayline": "the iptables NFQUEUE target", "tbf": "sch_tbf"}[wanted]
-            raise ShapingError(f"--shaper {wanted}: this kernel lacks {need} (probe: {', '.join(self.notes)})")
+        s = shapers.get(wanted)
+        if not getattr(self, s.capability):
+            raise ShapingError(f"--shaper {wanted}: this kernel lacks {s.kernel_needs} "
+                               f"(probe: {', '.join(self.notes)})")
         return wanted
 
 

@@ -1,13 +1,6 @@
-"""Rendering of one link direction (an egress interface) into tc / iptables input. Pure: no side effects.
-
-Three shapers realise a `DirParams` (docs/architecture.md §3):
-- `netem`: one netem qdisc per egress: delay, jitter, loss (or Gilbert-Elliott), rate and limit.
-- `delayline`: iptables NFQUEUE rules (`delayline.render_rules`); the orchestrator's delay-line process does
-  the rest (see delayline.py).
-- `tbf`: tbf rate + pfifo limit, loss by iptables `statistic`; delay and jitter are NOT emulated.
-
-`tc_lines` returns lines for `tc -batch` (without the leading `tc`); `iptables_lines` returns rule lines for
-the mangle table of `iptables-restore --noflush`. `fidelity` says what each parameter really gets.
+"""Pieces of tc / iptables input the shapers share (netem's options, tbf's burst, the mangle-table wrapper) and
+the `Fidelity` record. Pure. The shapers themselves — Netem, Tbf, DelayLine, one interface — are
+`orchestrator.shaping.shapers` (docs/architecture.md §3).
 """
 from __future__ import annotations
 
@@ -15,8 +8,6 @@ from dataclasses import dataclass
 
 from orchestrator.shaping.params import DirParams
 from orchestrator.units import format_time
-
-SHAPERS = ("netem", "delayline", "tbf")
 
 # netem's default limit is 1000 packets; "unbounded" queues (the GSGC paper's simulation I) get a large one.
 UNBOUNDED_QUEUE = 100_000
@@ -54,39 +45,6 @@ def tbf_burst_bytes(rate_bps: int) -> int:
     return max(1600, rate_bps // 8 // 100)
 
 
-def tc_lines(shaper: str, dev: str, d: DirParams) -> list[str]:
-    if d.is_null():
-        return []
-    if shaper == "netem":
-        return [" ".join(["qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", *netem_args(d)])]
-    if shaper == "tbf":
-        lines = []
-        limit = d.queue_pkts or UNBOUNDED_QUEUE
-        if d.rate_bps:
-            # latency is huge on purpose: the pfifo child, not tbf, bounds the queue (in packets, as specified).
-            lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {d.rate_bps}bit "
-                         f"burst {tbf_burst_bytes(d.rate_bps)} latency 60s")
-            lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: pfifo limit {limit}")
-        elif d.queue_pkts:
-            lines.append(f"qdisc add dev {dev} root handle 1: pfifo limit {limit}")
-        return lines
-    if shaper == "delayline":
-        return []  # the delay line queues in userspace; nothing in tc
-    raise ValueError(f"unknown shaper {shaper!r}")
-
-
-def tc_clear_lines(dev: str) -> list[str]:
-    return [f"qdisc del dev {dev} root"]
-
-
-def iptables_lines(shaper: str, dev: str, d: DirParams) -> list[str]:
-    """Mangle-table POSTROUTING rules for one egress: tbf's random loss (iptables `statistic`). The delay
-    line's NFQUEUE rules are rendered by `delayline.render_rules`."""
-    if shaper == "tbf" and d.loss:
-        return [f"-A POSTROUTING -o {dev} -m statistic --mode random --probability {d.loss:.8f} -j DROP"]
-    return []
-
-
 def iptables_restore_input(rules: list[str]) -> str:
     return "*mangle\n" + "".join(r + "\n" for r in rules) + "COMMIT\n"
 
@@ -103,24 +61,3 @@ class Fidelity:
 
     def lost(self) -> list[str]:
         return [k for k, v in self.__dict__.items() if v.startswith("NOT")]
-
-
-def fidelity(shaper: str, d: DirParams) -> Fidelity:
-    if shaper in ("netem", "delayline"):
-        how = "netem qdisc" if shaper == "netem" else "userspace delay line"
-        return Fidelity(rate=f"emulated ({how}, per-packet serialisation)", delay=f"emulated ({how})",
-                        jitter=f"emulated ({how}, {d.jitter_dist})",
-                        loss=f"emulated ({how}{', Gilbert-Elliott' if d.gemodel else ''})",
-                        queue=f"emulated ({how} limit)")
-    if shaper == "tbf":
-        no_delay = "NOT emulated (tbf cannot delay; kernel has no netem)"
-        return Fidelity(
-            rate="approximate (tbf token bucket: an idle link lets a burst through at once, not per-packet "
-                 "serialisation)",
-            delay=no_delay if d.delay_s else "emulated (none configured)",
-            jitter=no_delay if d.jitter_s else "emulated (none configured)",
-            loss=("NOT emulated (bursty Gilbert-Elliott loss needs netem or the delay line)" if d.gemodel
-                  else "emulated (iptables statistic)"),
-            queue="emulated (pfifo limit)",
-        )
-    raise ValueError(f"unknown shaper {shaper!r}")

@@ -1,7 +1,7 @@
 """Shaping rendering: the exact tc / iptables input each shaper produces for a link direction (no root)."""
 from orchestrator.backends.mininet import node_ip_lines, node_shaping
 from orchestrator.plan import build_plan
-from orchestrator.shaping import render
+from orchestrator.shaping import render, shapers
 from orchestrator.shaping.params import DirParams, GilbertElliott
 from orchestrator.shaping.probe import Capabilities
 from orchestrator.spec import parse_experiment
@@ -12,7 +12,7 @@ GSGC = DirParams(rate_bps=30_000, delay_s=0.005, queue_pkts=64)
 def test_netem_full():
     d = DirParams(rate_bps=30_000, delay_s=0.005, jitter_s=0.001, jitter_dist="normal", loss=0.001,
                   queue_pkts=64)
-    assert render.tc_lines("netem", "h1-eth0", d) == [
+    assert shapers.get("netem").tc_lines("h1-eth0", d) == [
         "qdisc add dev h1-eth0 root handle 1: netem delay 5ms 1ms distribution normal loss random 0.1% "
         "rate 30000bit limit 64"]
 
@@ -24,20 +24,20 @@ def test_netem_gemodel_and_reorder():
 
 
 def test_tbf_rate_and_queue_and_statistic_loss():
-    assert render.tc_lines("tbf", "r3-eth1", GSGC) == [
+    assert shapers.get("tbf").tc_lines("r3-eth1", GSGC) == [
         "qdisc add dev r3-eth1 root handle 1: tbf rate 30000bit burst 1600 latency 60s",
         "qdisc add dev r3-eth1 parent 1:1 handle 10: pfifo limit 64",
     ]
-    assert render.iptables_lines("tbf", "r3-eth1", DirParams(loss=0.01)) == [
+    assert shapers.get("tbf").iptables_lines("r3-eth1", DirParams(loss=0.01)) == [
         "-A POSTROUTING -o r3-eth1 -m statistic --mode random --probability 0.01000000 -j DROP"]
-    assert render.tc_lines("tbf", "x", DirParams()) == []
+    assert shapers.get("tbf").tc_lines("x", DirParams()) == []
 
 
 def test_tbf_fidelity_says_delay_is_not_emulated():
-    f = render.fidelity("tbf", GSGC)
+    f = shapers.get("tbf").fidelity(GSGC)
     assert f.lost() == ["delay"]
-    assert render.fidelity("tbf", DirParams(rate_bps=1000)).lost() == []
-    assert render.fidelity("netem", GSGC).lost() == []
+    assert shapers.get("tbf").fidelity(DirParams(rate_bps=1000)).lost() == []
+    assert shapers.get("netem").fidelity(GSGC).lost() == []
 
 
 def test_capabilities_choose():
@@ -65,3 +65,70 @@ def test_node_rendering_covers_every_interface():
     assert rules.count("-A POSTROUTING") == 4 and rules.startswith("*mangle")
     tc, rules = node_shaping(plan, "h1", "delayline")
     assert tc == [] and rules.count("NFQUEUE --queue-num") == 4
+
+
+def test_the_three_shapers_share_one_interface():
+    d = DirParams(rate_bps=1_000_000, delay_s=0.01, jitter_s=0.002, loss=0.01, queue_pkts=50)
+    assert list(shapers.SHAPERS) == ["netem", "delayline", "tbf"]          # auto's order of preference
+    for s in shapers.SHAPERS.values():
+        assert isinstance(s, shapers.Shaper) and shapers.get(s.name) is s
+        f = s.fidelity(d)
+        assert set(f.__dict__) == {"rate", "delay", "jitter", "loss", "queue"}
+    assert shapers.get("delayline").tc_lines("x", d) == [] and shapers.get("delayline").userspace
+    assert shapers.get("tbf").fidelity(d).lost() == ["delay", "jitter"]
+    assert not shapers.get("tbf").emulates_serialisation and shapers.get("netem").emulates_serialisation
+    rules = shapers.get("delayline").node_rules([("a", DirParams()), ("b", d)])
+    assert "-o b" in rules and "--queue-num 1" in rules and "-o a" not in rules   # queue numbers per egress index
+    assert shapers.get("netem").node_rules([("a", d)]) is None
+    assert [s.name for s in shapers.SHAPERS.values() if s.on_hosts] == ["netem", "tbf"]
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown shaper 'fq'"):
+        shapers.get("fq")
+    with pytest.raises(ValueError, match="not available on real hosts"):
+        shapers.get("delayline").host_tc_ops(d, 7000)
+
+
+class _FakeNetns:
+    def __init__(self):
+        self.calls = []
+
+    def ip_batch(self, lines, ns, tool="ip", force=False):
+        self.calls.append(("batch", tool, tuple(lines)))
+
+    def iptables_restore(self, ns, rules):
+        self.calls.append(("restore", rules))
+
+    def run_checked(self, argv, stdin="", what=""):
+        self.calls.append(("restore", stdin))
+
+    def disable_offloads(self, ns, devs):
+        self.calls.append(("offloads", tuple(devs)))
+
+
+class _FakeClient:
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *a: self.calls.append((name, *a))
+
+
+def test_live_set_cut_heal_per_shaper():
+    d = DirParams(rate_bps=30_000, loss=0.02)
+    n = _FakeNetns()
+    shapers.get("tbf").set_link(n, "ns", "e0", None, [("e0", None), ("e1", d)])
+    assert n.calls[0] == ("batch", "tc", ("qdisc del dev e0 root",)) and n.calls[1] == ("batch", "tc", ())
+    assert "-A POSTROUTING -o e0 -j DROP" in n.calls[2][1] and "-o e1 -m statistic" in n.calls[2][1]
+    n = _FakeNetns()
+    shapers.get("netem").set_link(n, "ns", "e0", d, [("e0", d)])
+    assert "netem" in n.calls[1][2][0] and n.calls[2] == ("restore", "*mangle\nCOMMIT\n")   # netem drops itself
+    c = _FakeClient()
+    dl = shapers.get("delayline")
+    dl.set_link(n, "ns", "e0", None, [], client=c, key="l1/down")
+    dl.set_link(n, "ns", "e0", d, [], client=c, key="l1/down", was_cut=True)
+    dl.set_link(n, "ns", "e0", d, [], client=c, key="l1/down")
+    assert c.calls == [("cut", "l1/down"), ("heal", "l1/down"), ("set", "l1/down", d), ("set", "l1/down", d)]
+    n = _FakeNetns()
+    dl.apply(n, "ns", [("e0", DirParams()), ("e1", d)])
+    assert n.calls[0] == ("offloads", ("e1",)) and n.calls[-1][0] == "restore" and "--queue-num 1" in n.calls[-1][1]
