@@ -51,9 +51,11 @@ def import_changes() -> list[str]:
 
 
 def _existing(c, tag: str):
+    from docker.errors import ImageNotFound
+
     try:
         return c.images.get(tag)
-    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+    except ImageNotFound:       # any other engine error is not "there is no such image": it propagates
         return None
 
 

@@ -44,6 +44,14 @@ from orchestrator.errors import BackendError
 from orchestrator.plan import NetworkPlan
 from orchestrator.state import LabState
 
+try:                    # the SDK's typed errors; without the SDK `client()` says so and none of these can happen
+    from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+except ImportError:     # pragma: no cover - `make setup` installs it
+    class DockerException(Exception):  # type: ignore[no-redef]
+        pass
+
+    APIError = NotFound = ImageNotFound = DockerException  # type: ignore[misc]
+
 LABEL_APP = "gossip-testbed.app"
 LABEL_LAB = "gossip-testbed.lab"
 LABEL_NODE = "gossip-testbed.node"
@@ -94,7 +102,7 @@ def client():
         c = docker.from_env(timeout=120)
         c.ping()
         return c
-    except Exception as exc:  # noqa: BLE001 - DockerException, requests' ConnectionError, FileNotFoundError ...
+    except (DockerException, OSError) as exc:   # no socket, refused, timed out (requests' errors are OSErrors)
         sock = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         reason = str(exc).split("(")[0].strip() or exc.__class__.__name__
         raise DockerUnavailable(f"the Docker engine is not running or not reachable at {sock} ({reason}): "
@@ -129,9 +137,13 @@ def node_paths(lab: str, node: str) -> dict[str, Path]:
             "control": d / "ctl.sock"}
 
 
+NODE_SCRIPT = 'exec python -m gossipnode --config "$1" >>"$2" 2>&1'
+
+
 def node_argv(paths: dict[str, Path]) -> list[str]:
-    """The node's command inside its container: stdout/stderr appended to its log (pure)."""
-    return ["sh", "-c", f'exec python -m gossipnode --config "{paths["config"]}" >>"{paths["log"]}" 2>&1']
+    """The node's command inside its container: stdout/stderr appended to its log (pure). The paths (they come
+    from ORCHESTRATOR_DOCKER_SHARE) are arguments of the script, never part of it: no quoting can break it."""
+    return ["sh", "-c", NODE_SCRIPT, "gossipnode", str(paths["config"]), str(paths["log"])]
 
 
 class _Local(threading.local):
@@ -227,7 +239,7 @@ class DockerDriver(LocalDriver):
         try:
             ex = api.exec_create(container.id, node_argv(paths), stdout=False, stderr=False)
             api.exec_start(ex["Id"], detach=True)
-        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: e.g. the container is not running
+        except APIError as exc:         # e.g. the container is not running
             raise BackendError(f"starting the node in {container.name} failed: {_explain(exc)}") from None
         return DockerNodeProcess(backend._docker(), container, ex["Id"])
 
@@ -261,11 +273,12 @@ class DockerBackend(MininetBackend):
         image = node_image()
         try:
             img = self._docker().images.get(image)
-        except DockerUnavailable:
-            raise
-        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+        except ImageNotFound:
             raise BackendError(f"the node image {image} does not exist: build it with `orchestrator image build` "
                                f"(or `make image`), or name another with ORCHESTRATOR_NODE_IMAGE") from None
+        except APIError as exc:
+            raise BackendError(f"the Docker engine failed looking up the node image {image}: {_explain(exc)}") \
+                from None
         built_from = (img.labels or {}).get(LABEL_SOURCE)
         if built_from is None:
             progress.note(f"WARNING: {image} has no {LABEL_SOURCE} label: cannot tell which gossipnode it runs")
@@ -329,9 +342,10 @@ class DockerBackend(MininetBackend):
             def remove(x) -> None:
                 try:
                     x.remove(force=True)        # SIGKILL, also of a paused container, then delete it
-                except Exception as exc:  # noqa: BLE001 - NotFound: already gone (idempotent)
-                    if getattr(getattr(exc, "response", None), "status_code", None) != 404:
-                        raise BackendError(f"could not remove container {x.name}: {exc}") from None
+                except NotFound:
+                    pass                        # already gone (idempotent)
+                except APIError as exc:
+                    raise BackendError(f"could not remove container {x.name}: {_explain(exc)}") from None
 
             _parallel(remove, list(found.values()), lambda: progress.advance("containers"))
             left = [x.name for x in lab_containers(c, state.lab)]
@@ -347,8 +361,10 @@ class DockerBackend(MininetBackend):
             return None
         try:
             return self._docker().containers.get(name)
-        except Exception:  # noqa: BLE001 - NotFound
+        except NotFound:
             raise BackendError(f"the container {name} of lab {state.lab!r} does not exist") from None
+        except APIError as exc:
+            raise BackendError(f"the Docker engine failed looking up container {name}: {_explain(exc)}") from None
 
     def exec(self, state: LabState, node: str, argv: list[str]) -> int:
         container = self._container(state, node)
@@ -360,7 +376,7 @@ class DockerBackend(MininetBackend):
         try:
             ex = api.exec_create(container.id, argv, stdout=True, stderr=True)
             stream = api.exec_start(ex["Id"], stream=True, demux=True)
-        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: e.g. the container is not running
+        except APIError as exc:         # e.g. the container is not running
             raise BackendError(f"docker exec in {container.name} failed: {_explain(exc)}") from None
         try:
             for out, errs in stream:

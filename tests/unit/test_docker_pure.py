@@ -48,10 +48,9 @@ def test_node_paths_fit_a_unix_socket_and_the_command_is_an_argv(monkeypatch):
     assert len(str(p["control"]).encode()) < 108
     assert all(v.parent == p["dir"] or v == p["dir"] for v in p.values())
     argv = dk.node_argv(p)
-    assert argv[:2] == ["sh", "-c"]
+    assert argv[:2] == ["sh", "-c"] and argv[3:] == ["gossipnode", str(p["config"]), str(p["log"])]
     words = shlex.split(argv[2])
-    assert words[:5] == ["exec", "python", "-m", "gossipnode", "--config"] and words[5] == str(p["config"])
-    assert f'>>{p["log"]}' in "".join(words[6:])
+    assert words[:6] == ["exec", "python", "-m", "gossipnode", "--config", "$1"] and ">>$2" in "".join(words[6:])
 
 
 def test_node_config_rewrites_only_the_paths(monkeypatch, tmp_path):
@@ -114,3 +113,81 @@ def test_source_digest_follows_the_node_sources(tmp_path):
     (tmp_path / "pkg" / "notes.txt").write_text("not code")
     assert dk.source_digest(tmp_path) == dk.source_digest(tmp_path)
     assert dk.source_digest() == dk.source_digest(images.NODE_DIR / "gossipnode")
+
+
+# --- rough edges: no shell string built from a path, the SDK's typed errors ---------------------------------------
+
+def test_a_hostile_share_path_is_data_not_shell(monkeypatch, tmp_path):
+    """ORCHESTRATOR_DOCKER_SHARE comes from the environment: with quotes and a command substitution in it the
+    node's command still names exactly that file (the script never contains the path) and runs nothing else."""
+    import subprocess
+
+    evil = tmp_path / 'a"$(touch PWNED)"b'
+    monkeypatch.setenv("ORCHESTRATOR_DOCKER_SHARE", str(evil))
+    p = dk.node_paths("lab", "h1")
+    p["dir"].mkdir(parents=True)
+    argv = dk.node_argv(p)
+    assert str(evil) not in argv[2]
+    # Run it as the container would, with `python` a stand-in that prints its arguments.
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "python").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (fakebin / "python").chmod(0o755)
+    subprocess.run(argv, cwd=tmp_path, env={"PATH": f"{fakebin}:/usr/bin:/bin"}, check=True, timeout=30)
+    assert p["log"].read_text().splitlines() == ["-m", "gossipnode", "--config", str(p["config"])]
+    assert not (tmp_path / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
+
+
+class _Images:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def get(self, name):
+        raise self.exc
+
+
+class _Containers(_Images):
+    pass
+
+
+class _Client:
+    def __init__(self, exc):
+        self.images, self.containers = _Images(exc), _Containers(exc)
+
+
+def _api_error(cls, status: int, text: str):
+    import requests
+
+    resp = requests.Response()
+    resp.status_code = status
+    return cls(text, response=resp, explanation=text)
+
+
+def test_docker_errors_are_told_apart(monkeypatch, tmp_path):
+    from docker.errors import APIError, ImageNotFound, NotFound
+
+    from orchestrator.backends.base import NullProgress
+    from orchestrator.plan import build_plan
+    from orchestrator.spec import parse_experiment
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path))
+    plan = build_plan(parse_experiment("topology: {kind: tree, nodes: 3, degree: 2}\n"))
+    state = LabState(lab="lab4", backend="docker", shaper="tbf", backend_data={"containers": ["lab4-h1"]})
+    b = dk.DockerBackend()
+    # A missing image is one thing ...
+    monkeypatch.setattr(b, "_docker", lambda: _Client(_api_error(ImageNotFound, 404, "no such image")))
+    with pytest.raises(BackendError, match="does not exist: build it"):
+        b.up(plan, state, NullProgress())
+    # ... an engine failing is another: it is not reported as a missing image (it was, under `except Exception`).
+    monkeypatch.setattr(b, "_docker", lambda: _Client(_api_error(APIError, 500, "engine exploded")))
+    with pytest.raises(BackendError, match="engine failed looking up the node image .*engine exploded"):
+        b.up(plan, state, NullProgress())
+    with pytest.raises(BackendError, match="engine failed looking up container lab4-h1: engine exploded"):
+        b._container(state, "h1")
+    monkeypatch.setattr(b, "_docker", lambda: _Client(_api_error(NotFound, 404, "no such container")))
+    with pytest.raises(BackendError, match="container lab4-h1 of lab 'lab4' does not exist"):
+        b._container(state, "h1")
+    # A bug in our own code is not an engine error: it is not swallowed into a BackendError.
+    monkeypatch.setattr(b, "_docker", lambda: _Client(TypeError("a bug")))
+    with pytest.raises(TypeError):
+        b._container(state, "h1")
