@@ -12,8 +12,9 @@ from pathlib import Path
 
 from orchestrator import signals
 from orchestrator.backends.base import Backend, NullProgress, Progress
+from orchestrator.backends import registry
 from orchestrator.backends.registry import get_backend
-from orchestrator.errors import LabExists, OrchestratorError, ShapingError, SpecError
+from orchestrator.errors import LabExists, LabNotFound, OrchestratorError, ShapingError, SpecError
 from orchestrator.mcast.realise import status as mcast_status
 from orchestrator.plan import NetworkPlan, build_plan
 from orchestrator.shaping import shapers
@@ -103,8 +104,8 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
         if warnings and strict:
             raise ShapingError("--strict-shaping: " + "; ".join(warnings))
         caps_json = caps.to_json()
-    state = LabState(lab=prep.lab, backend=backend_name, shaper=chosen, experiment=str(experiment_path),
-                     capabilities=caps_json, warnings=warnings)
+    state = LabState(lab=prep.lab, backend=backend.name, shaper=chosen, experiment=str(experiment_path),
+                     capabilities=caps_json, warnings=warnings, persistent=backend.state_survives_reboot)
     state.save_plan(prep.plan)
     state.save()
     for w in warnings:
@@ -179,15 +180,42 @@ def _teardown(backend: Backend, state: LabState, progress: Progress) -> None:
 
 
 def teardown(lab: str, progress: Progress | None = None) -> None:
-    state = load_state(lab)
-    _teardown(get_backend(state.backend), state, progress or NullProgress())
+    progress = progress or NullProgress()
+    try:
+        state = load_state(lab)
+    except LabNotFound:
+        for backend, orphan in _orphans(set(), NullProgress()):   # no state: a backend may find it (by label)
+            if orphan == lab:
+                backend.teardown_orphan(lab, progress)
+                return
+        raise
+    _teardown(get_backend(state.backend), state, progress)
+
+
+def _orphans(known: set[str], progress: Progress) -> list[tuple[Backend, str]]:
+    out = []
+    for name in registry.names():
+        try:
+            backend = get_backend(name)
+        except (ImportError, OrchestratorError):      # a backend whose library is not installed has no labs
+            continue
+        out += [(backend, lab) for lab in backend.orphan_labs(known, progress)]
+    return out
 
 
 def teardown_all(progress: Progress | None = None) -> list[str]:
+    """Every lab with state, then every lab a backend finds without state (containerlab's `destroy --all`)."""
+    progress = progress or NullProgress()
     done, errors = [], []
     for lab in list_labs():
         try:
             teardown(lab, progress)
+            done.append(lab)
+        except OrchestratorError as exc:
+            errors.append(f"{lab}: {exc}")
+    for backend, lab in _orphans(set(done) | {e.split(":")[0] for e in errors}, progress):
+        try:
+            backend.teardown_orphan(lab, progress)
             done.append(lab)
         except OrchestratorError as exc:
             errors.append(f"{lab}: {exc}")

@@ -1,7 +1,13 @@
 """Lab state files: what a backend created, written as it creates it, so teardown removes exactly that.
 
-`$ORCHESTRATOR_STATE_DIR/<lab>/state.json` (default /run/orchestrator: it vanishes at reboot together with the
-namespaces it describes), plus the lab's `plan.json`. Writes are atomic (temp file + rename).
+`<root>/<lab>/state.json` plus the lab's `plan.json`, where the root depends on what the lab's things outlive:
+- labs made of network namespaces (mininet) keep it in `/run/orchestrator` ($ORCHESTRATOR_RUN_STATE_DIR): it
+  vanishes at reboot together with the namespaces it describes;
+- labs whose things survive a reboot (Docker containers with a restart policy or simply stopped, qdiscs and
+  processes on remote hosts: `Backend.state_survives_reboot`) keep it in `/var/lib/orchestrator`
+  ($ORCHESTRATOR_PERSISTENT_STATE_DIR), so `teardown` still finds them after a reboot.
+$ORCHESTRATOR_STATE_DIR, when set, is the one root of both (the tests use it). Writes are atomic (temp file +
+rename).
 """
 from __future__ import annotations
 
@@ -14,9 +20,21 @@ from pathlib import Path
 from orchestrator.errors import LabNotFound
 from orchestrator.plan import NetworkPlan
 
+RUN_STATE_DIR = "/run/orchestrator"
+PERSISTENT_STATE_DIR = "/var/lib/orchestrator"
 
-def state_root() -> Path:
-    return Path(os.environ.get("ORCHESTRATOR_STATE_DIR", "/run/orchestrator"))
+
+def state_root(persistent: bool = False) -> Path:
+    one = os.environ.get("ORCHESTRATOR_STATE_DIR")
+    if one:
+        return Path(one)
+    if persistent:
+        return Path(os.environ.get("ORCHESTRATOR_PERSISTENT_STATE_DIR", PERSISTENT_STATE_DIR))
+    return Path(os.environ.get("ORCHESTRATOR_RUN_STATE_DIR", RUN_STATE_DIR))
+
+
+def state_roots() -> list[Path]:
+    return list(dict.fromkeys([state_root(False), state_root(True)]))
 
 
 @dataclass
@@ -36,10 +54,11 @@ class LabState:
     link_overrides: dict = field(default_factory=dict)    # live changes: "<link>/<dir>" -> DirParams json | "cut"
     backend_data: dict = field(default_factory=dict)      # what else a backend created (e.g. Docker containers)
     run: dict | None = None             # the `orchestrator run` using the lab: {"dir", "pid", "pid_start"}
+    persistent: bool = False            # the state lives where it survives a reboot (see the module docstring)
 
     @property
     def dir(self) -> Path:
-        return state_root() / self.lab
+        return state_root(self.persistent) / self.lab
 
     def save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -66,14 +85,13 @@ class LabState:
 
 
 def load_state(lab: str) -> LabState:
-    f = state_root() / lab / "state.json"
-    if not f.exists():
-        raise LabNotFound(f"no lab named {lab!r} is up (see `orchestrator status`)")
-    return LabState(**json.loads(f.read_text()))
+    for root in state_roots():
+        f = root / lab / "state.json"
+        if f.exists():
+            return LabState(**json.loads(f.read_text()))
+    raise LabNotFound(f"no lab named {lab!r} is up (see `orchestrator status`)")
 
 
 def list_labs() -> list[str]:
-    root = state_root()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "state.json").exists())
+    return sorted({p.name for root in state_roots() if root.is_dir() for p in root.iterdir()
+                   if (p / "state.json").exists()})

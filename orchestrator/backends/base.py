@@ -134,6 +134,7 @@ class Backend(ABC):
     name: ClassVar[str]
     remote_shaping: ClassVar[bool] = False      # shaping probed on the remote hosts at `up`, not on this machine
     fidelity_probe: ClassVar[bool] = True       # `popen` in nodes works: the runner probes the shaping
+    state_survives_reboot: ClassVar[bool] = False   # what it creates outlives a reboot: keep the state where it does
 
     @abstractmethod
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
@@ -167,6 +168,14 @@ class Backend(ABC):
     def shaper_stats(self, state: LabState) -> dict | None:
         """The shaper's own per-link-direction counters, when it keeps any (the delay line does)."""
         return None
+
+    # --- labs whose state is gone (containerlab's `destroy --all`) -------------------------------------------
+    def orphan_labs(self, known: set[str], progress: Progress) -> list[str]:
+        """Labs this backend finds on the machine (e.g. by label) that have no state; `known`: labs with state."""
+        return []
+
+    def teardown_orphan(self, lab: str, progress: Progress) -> None:
+        """Remove what `orphan_labs` found of `lab`."""
 
     # --- runs ---------------------------------------------------------------------------------------------------
     # The driver of this backend's runs; its OPS are checked against the schedule before anything is built.

@@ -42,7 +42,7 @@ from orchestrator.backends.base import Progress
 from orchestrator.backends.local import LocalDriver
 from orchestrator.errors import BackendError
 from orchestrator.plan import NetworkPlan
-from orchestrator.state import LabState
+from orchestrator.state import LabState, state_root
 
 try:                    # the SDK's typed errors; without the SDK `client()` says so and none of these can happen
     from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -55,6 +55,7 @@ except ImportError:     # pragma: no cover - `make setup` installs it
 LABEL_APP = "gossip-testbed.app"
 LABEL_LAB = "gossip-testbed.lab"
 LABEL_NODE = "gossip-testbed.node"
+LABEL_STATE = "gossip-testbed.state-dir"     # the state directory the lab belongs to (orphans are found per dir)
 DEFAULT_NODE_IMAGE = "gossip-testbed/node:latest"
 WORKERS = 4          # containers created/removed at a time (dockerd serialises much of it anyway)
 
@@ -118,13 +119,14 @@ def lab_containers(c, lab: str) -> list:
     return c.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_LAB}={lab}"})
 
 
-def container_spec(lab: str, node: str, image: str, share: Path) -> dict:
+def container_spec(lab: str, node: str, image: str, share: Path, state_dir: Path | None = None) -> dict:
     """Keyword arguments of `containers.run` for one member (pure)."""
+    state_dir = state_dir if state_dir is not None else state_root(persistent=True)
     return {
         "image": image, "name": container_name(lab, node), "hostname": node,
         "entrypoint": ["sleep", "infinity"], "command": [],
         "network_mode": "none", "detach": True,
-        "labels": {LABEL_APP: "gossip-testbed", LABEL_LAB: lab, LABEL_NODE: node},
+        "labels": {LABEL_APP: "gossip-testbed", LABEL_LAB: lab, LABEL_NODE: node, LABEL_STATE: str(state_dir)},
         "volumes": {str(share): {"bind": str(share), "mode": "rw"}},
         "environment": {"PYTHONUNBUFFERED": "1"},
     }
@@ -258,6 +260,34 @@ class DockerDriver(LocalDriver):
 class DockerBackend(MininetBackend):
     name = "docker"
     driver_class = DockerDriver
+    state_survives_reboot = True        # stopped containers (and the share) outlive a reboot
+
+    # --- labs without state: found by label ---------------------------------------------------------------
+    def orphan_labs(self, known: set[str], progress: Progress) -> list[str]:
+        # Only labs of this state directory: another directory's labs (another user's, a test's) are not ours.
+        mine = f"{LABEL_STATE}={state_root(persistent=True)}"
+        try:
+            found = self._docker().containers.list(all=True, ignore_removed=True,
+                                                   filters={"label": [f"{LABEL_APP}=gossip-testbed", mine]})
+        except DockerUnavailable as exc:
+            progress.note(f"WARNING: cannot look for Docker labs without state: {exc}")
+            return []
+        return sorted({x.labels.get(LABEL_LAB) for x in found} - known - {None})
+
+    def teardown_orphan(self, lab: str, progress: Progress) -> None:
+        """The containers labelled with `lab`, their namespaces' names and the share: all a Docker lab leaves
+        behind when its state is gone (the routers' namespaces and the daemons vanish with the reboot that
+        lost /run; after a deleted state they are found by `teardown` of the namespaces named after the
+        containers' nodes)."""
+        here = str(state_root(persistent=True))
+        found = [x for x in lab_containers(self._docker(), lab) if x.labels.get(LABEL_STATE) == here]
+        nodes = [x.labels.get(LABEL_NODE) for x in found if x.labels.get(LABEL_NODE)]
+        state = LabState(lab=lab, backend=self.name, shaper="", persistent=True,
+                         namespaces=netns.existing([ns_name(lab, n) for n in nodes]),
+                         backend_data={"containers": [x.name for x in found], "share": str(share_root(lab))})
+        progress.note(f"lab {lab}: no state; removing its {len(found)} labelled containers")
+        self._teardown_before_processes(state, progress)
+        netns.delete_namespaces(state.namespaces)
 
     def __init__(self) -> None:
         self._local = _Local()

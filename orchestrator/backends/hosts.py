@@ -32,6 +32,7 @@ class HostsBackend(Backend):
     name = "hosts"
     remote_shaping = True       # lab.up: the hosts probe their own kernels (in `up`), not this machine's
     fidelity_probe = False      # no popen in a member: the links are the real network
+    state_survives_reboot = True    # a reboot of this machine leaves the hosts' qdiscs and processes running
     driver_class = HostsDriver
 
     def __init__(self, inventory: str | Path | None = None, known_hosts: str | Path | None = None,

@@ -299,3 +299,46 @@ def test_missing_engine_is_one_clear_error_and_nothing_is_built(tmp_path, state_
     assert "systemctl start docker" in r.stderr and "dockerd" in r.stderr
     assert "Traceback" not in r.stderr
     assert lab_namespaces(name) == [] and not (state_dir / name).exists()
+
+
+def test_teardown_finds_docker_labs_whose_state_is_gone(tmp_path, state_dir):
+    """containerlab's `destroy --all`: a Docker lab outlives the state that lists it (a reboot used to lose
+    /run/orchestrator while the containers stayed); `teardown --all` and `teardown LAB` find it by label, and
+    only labs of this state directory (another directory's lab is left alone)."""
+    import io
+
+    import docker
+
+    c = docker.from_env()
+    image, _ = c.images.build(fileobj=io.BytesIO(b'FROM scratch\nLABEL gossip-testbed.test=1\nCMD ["/x"]\n'),
+                              tag="gossip-testbed/test-scratch:latest", rm=True)
+    a, b, other = unique_lab("oa"), unique_lab("ob"), unique_lab("oo")
+
+    def make(lab: str, node: str, state: Path):
+        labels = {dk.LABEL_APP: "gossip-testbed", dk.LABEL_LAB: lab, dk.LABEL_NODE: node,
+                  dk.LABEL_STATE: str(state)}
+        return c.containers.create(image.id, name=dk.container_name(lab, node), labels=labels,
+                                   network_mode="none")
+
+    made = [make(a, "h1", state_dir), make(a, "h2", state_dir), make(b, "h1", state_dir),
+            make(other, "h1", tmp_path / "elsewhere")]
+    dk.share_root(a).mkdir(parents=True, exist_ok=True)
+    try:
+        r = cli("teardown", "--all", env_extra={"ORCHESTRATOR_STATE_DIR": str(state_dir)})
+        assert r.returncode == 0, r.stderr
+        assert a in r.stderr and b in r.stderr and other not in r.stderr, r.stderr
+        assert dk.lab_containers(c, a) == [] and dk.lab_containers(c, b) == []
+        assert not dk.share_root(a).exists()
+        assert [x.name for x in dk.lab_containers(c, other)] == [dk.container_name(other, "h1")]
+        r = cli("teardown", other, env_extra={"ORCHESTRATOR_STATE_DIR": str(state_dir)})
+        assert r.returncode == 2 and "no lab named" in r.stderr                  # not this directory's lab
+        r = cli("teardown", other, env_extra={"ORCHESTRATOR_STATE_DIR": str(tmp_path / "elsewhere")})
+        assert r.returncode == 0, r.stderr
+        assert dk.lab_containers(c, other) == []
+    finally:
+        for x in made:
+            try:
+                x.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+        shutil.rmtree(dk.share_root(a), ignore_errors=True)

@@ -36,7 +36,8 @@ def test_container_spec_isolated_labelled_and_sharing_the_node_directory(monkeyp
     spec = dk.container_spec("lab1", "h3", "img:1", share)
     assert spec["network_mode"] == "none"
     assert spec["name"] == "lab1-h3" and spec["hostname"] == "h3" and spec["image"] == "img:1"
-    assert spec["labels"] == {dk.LABEL_APP: "gossip-testbed", dk.LABEL_LAB: "lab1", dk.LABEL_NODE: "h3"}
+    assert spec["labels"] == {dk.LABEL_APP: "gossip-testbed", dk.LABEL_LAB: "lab1", dk.LABEL_NODE: "h3",
+                              dk.LABEL_STATE: str(dk.state_root(persistent=True))}
     # The share is mounted at the same path inside, so config paths mean the same on both sides.
     assert spec["volumes"] == {str(share): {"bind": str(share), "mode": "rw"}}
     assert spec["entrypoint"] == ["sleep", "infinity"] and spec["detach"] is True
