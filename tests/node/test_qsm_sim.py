@@ -119,7 +119,7 @@ def test_udp_fan_out_transport():
 def test_rate_control_follows_the_formula_and_grows_from_the_slowest_receiver():
     groups = {"g": list(range(12))}
     cfgs = make_configs(12, groups, senders=[0], rate_per_s=10, stop_s=40, token_interval_s=1.0,
-                        growth=0.1, rate_min=2.0, rate_max=60.0)
+                        growth=0.1, rate_min=2.0, rate_max=60.0, rate_samples=3)
     sim = Sim(cfgs, loss=0.0, seed=8)
     sim.run_until(45)
     changes = [e.fields for i, e in sim.of("rate_changed") if i == 0]
@@ -127,6 +127,8 @@ def test_rate_control_follows_the_formula_and_grows_from_the_slowest_receiver():
     for c in changes:   # (2) with the fair share of (1) (m = 1 here, one region: share 1)
         assert c["rate"] == pytest.approx(min(60.0, max(2.0, 1.1 * c["mu_rec"])), rel=1e-3)
     assert max(c["rate"] for c in changes) > 20      # it grew from 10/s
+    # no receiver rate before the first packet: the first ACKs leave the initial rate alone (no dip to μ_min)
+    assert changes[0]["rate"] > 10
     assert assert_delivered(sim, groups) > 10 * 40
 
 

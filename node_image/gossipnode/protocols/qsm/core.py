@@ -58,7 +58,7 @@ class QsmNode(Core):
         self.purged = {o: 0 for o in self.origins}
         self.cache: dict[int, dict[int, tuple[int, int, bytes]]] = {o: {} for o in self.origins}
         self.missing_since: dict[int, dict[int, float]] = {o: {} for o in self.origins}
-        self.rate = MovingRate(p.rate_samples, p.rate_interval_s, now)
+        self.rate: MovingRate | None = None     # μ_rec^(i): sampled from the first packet on (undefined before)
         # region leader
         self.round = 0
         self.token_out = False
@@ -272,6 +272,8 @@ class QsmNode(Core):
         if rseq <= self.purged[o] or not r.add(rseq):
             self.counters[f"duplicate_{how}"] += 1
             return
+        if self.rate is None:
+            self.rate = MovingRate(self.p.rate_samples, self.p.rate_interval_s, now)
         self.rate.add(now)
         gaps = self.missing_since[o]
         if rseq > self.max_seen[o]:
@@ -380,7 +382,7 @@ class QsmNode(Core):
                         partition=k, round=token.round)
             e.max_seen = max(e.max_seen, self.max_seen[o])
             e.stable = min(e.stable, max(self.recv[o].r, self.purged[o]))
-        mine_rate = self.rate.rate(now)
+        mine_rate = self.rate.rate(now) if self.rate is not None else None
         if mine_rate is not None:
             token.rate = min(token.rate, int(mine_rate * 1000))
 
