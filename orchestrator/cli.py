@@ -221,6 +221,22 @@ def exec(  # noqa: A001 - the command is called exec
     raise typer.Exit(get_backend(state.backend).exec(state, node, argv))
 
 
+@app.command(name="cli")
+def cli_(
+    name: str = typer.Argument(..., help="Lab name."),
+    script: Optional[Path] = typer.Option(None, "--script", help="Run these CLI commands and exit (like `mn`'s "
+                                          "`source`)."),
+) -> None:
+    """Mininet's CLI on a running lab: `h1 ping h39`, `pingall`, `h3 tcpdump -ni any`, `link h0 h1 down|up`."""
+    state = load_state(name)
+    from orchestrator.backends.registry import get_backend
+    from orchestrator.labcli import open_cli
+
+    if script is not None and not script.is_file():
+        raise SpecError(f"--script {script}: no such file")
+    open_cli(state, get_backend(state.backend), str(script) if script else None)
+
+
 @app.command()
 def teardown(
     name: Optional[str] = typer.Argument(None, help="Lab name."),

@@ -15,7 +15,7 @@ from orchestrator.backends.registry import get_backend
 from orchestrator.plan import path
 from orchestrator.shaping.params import DirParams
 
-from .helpers import ORCH, cli, lab_namespaces, run_in_node, running_lab, udp_transfer, unique_lab
+from .helpers import ORCH, REPO, cli, lab_namespaces, run_in_node, running_lab, udp_transfer, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -104,6 +104,37 @@ def test_exec_cli_substitutes_node_names(tmp_path, state_dir):
         r = cli("exec", state.lab, "h77", "--", "true")
         assert r.returncode == 1 and "does not exist" in r.stderr
     assert not subprocess.run(["pgrep", "-f", "mininet:h1"], capture_output=True).stdout
+
+
+def test_mininets_cli_on_a_lab(tmp_path, state_dir):
+    """`orchestrator cli LAB`: Mininet's CLI on our namespaces, as a user types it (stdin) or sources it."""
+    with running_lab("topology: {kind: tree, nodes: 5, degree: 2}\n", tmp_path, shaper="tbf") as (state, plan):
+        typed = "h1 ping -c1 -W2 h4\npingall\nlink h0 h1 down\nh0 ping -c1 -W1 h1\nlink h0 h1 up\n" \
+                "h0 ping -c1 -W2 h1\niperf\nh9 true\nnodes\nexit\n"
+        r = subprocess.run([*ORCH, "cli", state.lab], input=typed, capture_output=True, text=True, timeout=300,
+                           cwd=REPO)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        assert f"PING {plan.node('h4').address}" in out                      # h4 became its address
+        assert "*** Results: 0% dropped (20/20 received)" in out
+        pings = [ln for ln in out.splitlines() if "packets transmitted" in ln]
+        assert [("1 received" in p) for p in pings] == [True, False, True]   # cut, then restored
+        assert "link h0-h1 (h0 - h1) cut" in out and "restored to the plan" in out
+        assert "not available on an orchestrator lab: iperf" in out
+        assert "h0 h1 h2 h3 h4" in out
+        assert load_state_overrides(state.lab) == {}                          # `up` put the plan back
+        script = tmp_path / "cmds"
+        script.write_text("h2 ping -c1 -W2 h3\n")
+        r = cli("cli", state.lab, "--script", str(script))
+        assert r.returncode == 0 and "1 received" in r.stdout + r.stderr
+    assert cli("cli", "nosuchlab").returncode == 2
+    assert not subprocess.run(["pgrep", "-f", "mininet:h1"], capture_output=True).stdout
+
+
+def load_state_overrides(lab: str) -> dict:
+    from orchestrator.state import load_state
+
+    return {k: v for k, v in load_state(lab).link_overrides.items() if v == "cut"}
 
 
 def test_up_of_a_lab_that_is_up_is_refused(tmp_path, state_dir):
