@@ -50,6 +50,7 @@ class CyclonNode(Core):
         self.seen: set[tuple[int, int]] = set()
         self.slot_seen: set[int] = set()
         self.cycle = 0
+        self.changes = 0                          # view changes so far (orders the changes of one timestamp)
         self.clock = StepClock(p.cycle_s, now, self.rng)
         self.counters: Counter[str] = Counter()
         self.slots = BroadcastSlots(self.name, cfg, self.W.MIN_DATA_SIZE, now, self.rng, p.backups,
@@ -60,7 +61,9 @@ class CyclonNode(Core):
     # ---- view -----------------------------------------------------------------------------------------------------
 
     def _log_view(self, out: Output, now: float, op: str, peer: int, reason: str) -> None:
-        out.log(now, "view_changed", view="partial", op=op, peer=peer, reason=reason, size=len(self.view),
+        self.changes += 1
+        out.log(now, "view_changed", change=self.changes,
+                view="partial", op=op, peer=peer, reason=reason, size=len(self.view),
                 cycle=self.cycle)
 
     def _add(self, out: Output, now: float, peer: int, age: int, reason: str) -> None:

@@ -69,6 +69,7 @@ class HyParViewNode(Core):
         self.seen: set[tuple[int, int]] = set()
         self.slot_seen: set[int] = set()
         self.cycle = 0
+        self.changes = 0                          # view changes so far (orders the changes of one timestamp)
         self.clock = StepClock(p.cycle_s, now, self.rng)
         self.counters: Counter[str] = Counter()
         self.slots = BroadcastSlots(self.name, cfg, MIN_DATA_SIZE, now, self.rng, p.backups, p.backup_delay_s)
@@ -79,7 +80,9 @@ class HyParViewNode(Core):
 
     def _log_view(self, out: Output, now: float, view: str, op: str, peer: int, reason: str) -> None:
         size = len(self.active) if view == "active" else len(self.passive)
-        out.log(now, "view_changed", view=view, op=op, peer=peer, reason=reason, size=size, cycle=self.cycle)
+        self.changes += 1
+        out.log(now, "view_changed", change=self.changes,
+                view=view, op=op, peer=peer, reason=reason, size=size, cycle=self.cycle)
 
     def _drop_random_active(self, out: Output, now: float, reason: str) -> None:
         peer = self.rng.choice(self.active)

@@ -1,0 +1,157 @@
+"""The overlay metrics of seed 003 (HyParView §5), shared by the plug-ins of hyparview, cyclon (and the other
+peer-sampling protocols): pure DataFrame transforms over the events table. Not a plug-in itself.
+
+Definitions (times are unix seconds):
+
+- **reliability** of broadcast (origin, seq) (§2.5): the fraction of the correct members that delivered it,
+  the origin included: (receivers + 1) / (counted members + 1), where the counted members are the generic
+  analysis' (`metrics.receipts`: started before the send, not crashed at or before it, the origin excluded).
+- **reliability after a failure**: the broadcasts sent after the first crash, numbered 1, 2, ... in send order,
+  with their reliability (Figure 3's curves).
+- **cycles to heal** (Figure 4): `cycle` of a broadcast is its sender's membership cycle when it sent it
+  (`data_sent.cycle`); the crash's cycle is the median over the live members of the last cycle each had logged
+  (`cycle` events) at the crash. The pre-failure reliability is the mean over the broadcasts before the crash;
+  the healing broadcast is the first after the crash from which on every broadcast reaches at least the
+  pre-failure reliability minus `tol` (0.01); cycles to heal = its cycle minus the crash's cycle (null: never).
+- **the overlay at time t** (§2.3, §5.4): the directed edges member -> peer whose last `view_changed` event of
+  the protocol's dissemination view (`view`: "active" for HyParView, "partial" for Cyclon) at or before t added
+  it (events of one timestamp ordered by the member's own change counter `change`), between members that had not crashed by t. In-degree distribution over the live members (a member nobody
+  points at has in-degree 0); clustering coefficient over the undirected graph (an edge where either end holds
+  the other), averaged over the live members, 0 for fewer than two neighbours (networkx's `average_clustering`);
+  average shortest path over every ordered pair of live members connected by a directed path (the paths
+  messages take), by breadth-first search as repeated joins; `reachable_pairs` says how many pairs counted.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from analysis.metrics import delivery, receipts
+
+
+def _raw(field: str, cast: str | None = None):
+    col = F.get_json_object(F.col("raw"), f"$.{field}")
+    return col.cast(cast) if cast else col
+
+
+def reliability(events: DataFrame, members: DataFrame, life: DataFrame) -> DataFrame:
+    """One row per broadcast: (origin, origin_id, seq, sent_ts, cycle, correct, delivered, reliability)."""
+    per = delivery(receipts(events, members, life))
+    cycles = (events.where(F.col("event") == "data_sent")
+              .select(F.col("node").alias("origin"), "seq", _raw("cycle", "long").alias("cycle"))
+              .groupBy("origin", "seq").agg(F.min("cycle").alias("cycle")))
+    return (per.join(cycles, ["origin", "seq"], "left")
+            .select("origin", "origin_id", "seq", "sent_ts", "cycle",
+                    (F.col("members") + 1).alias("correct"), (F.col("received") + 1).alias("delivered"),
+                    ((F.col("received") + 1) / (F.col("members") + 1)).alias("reliability"))
+            .orderBy("sent_ts"))
+
+
+def crash_cycle(events: DataFrame, crash_ts: float) -> int | None:
+    """The median over members of the last `cycle` each logged at or before `crash_ts`."""
+    rows = (events.where((F.col("event") == "cycle") & (F.col("ts") <= crash_ts))
+            .groupBy("node").agg(F.max(_raw("cycle", "long")).alias("cycle")).collect())
+    cycles = [r["cycle"] for r in rows if r["cycle"] is not None]
+    return int(statistics.median(cycles)) if cycles else None
+
+
+def healing(rel: list[dict], crash_ts: float | None, crash_cyc: int | None, tol: float = 0.01) -> dict[str, Any]:
+    """Pre-failure reliability, the post-failure series, and cycles to heal (see the module docstring)."""
+    before = [r["reliability"] for r in rel if crash_ts is None or r["sent_ts"] < crash_ts]
+    after = [r for r in rel if crash_ts is not None and r["sent_ts"] >= crash_ts]
+    out: dict[str, Any] = {
+        "reliability_before": statistics.fmean(before) if before else None,
+        "broadcasts_before": len(before), "broadcasts_after": len(after),
+        "reliability_after": statistics.fmean(r["reliability"] for r in after) if after else None,
+        "after_failure": [{"k": k + 1, "reliability": r["reliability"], "cycle": r["cycle"]}
+                          for k, r in enumerate(after)],
+        "crash_cycle": crash_cyc, "cycles_to_heal": None, "heal_broadcast": None,
+    }
+    target = out["reliability_before"]
+    if target is None or not after:
+        return out
+    heal = None
+    for k in range(len(after) - 1, -1, -1):
+        if after[k]["reliability"] >= target - tol:
+            heal = k
+        else:
+            break
+    if heal is not None:
+        out["heal_broadcast"] = heal + 1
+        cyc = after[heal]["cycle"]
+        if cyc is not None and crash_cyc is not None:
+            out["cycles_to_heal"] = max(0, cyc - crash_cyc)
+    return out
+
+
+def edges_at(events: DataFrame, members: DataFrame, crash: DataFrame, t: float, view: str) -> DataFrame:
+    """Directed edges (src, dst) (member ids) of the overlay at time t (see the module docstring)."""
+    ids = members.select(F.col("member").alias("node"), F.col("member_id").alias("src"))
+    changes = (events.where((F.col("event") == "view_changed") & (F.col("ts") <= t)
+                            & (_raw("view") == view))
+               .join(ids, "node")
+               .select("src", _raw("peer", "int").alias("dst"), "ts", _raw("change", "long").alias("change"), "op"))
+    last = Window.partitionBy("src", "dst").orderBy(F.col("ts").desc(), F.col("change").desc())
+    present = (changes.withColumn("k", F.row_number().over(last)).where((F.col("k") == 1) & (F.col("op") == "add"))
+               .select("src", "dst"))
+    dead = (crash.where(F.col("crash_ts") <= t).join(members, "member")
+            .select(F.col("member_id").alias("dead")).distinct())
+    return (present.join(dead, present.src == dead.dead, "left_anti")
+            .join(dead, present.dst == dead.dead, "left_anti").distinct())
+
+
+def live_members(members: DataFrame, crash: DataFrame, life: DataFrame, t: float) -> DataFrame:
+    """(v): the members started at or before t that had not crashed by t."""
+    dead = crash.where(F.col("crash_ts") <= t).select("member").distinct()
+    started = life.where(F.col("started_ts").isNotNull() & (F.col("started_ts") <= t)).select("member")
+    return (members.join(started, "member").join(dead, "member", "left_anti")
+            .select(F.col("member_id").alias("v")))
+
+
+def graph_metrics(edges: DataFrame, nodes: DataFrame, max_hops: int = 64) -> dict[str, Any]:
+    """In-degree distribution, average clustering coefficient and average shortest path of a directed graph
+    (edges: src, dst; nodes: v) in Spark (see the module docstring)."""
+    e = edges.join(nodes.withColumnRenamed("v", "src"), "src").join(nodes.withColumnRenamed("v", "dst"), "dst") \
+        .where(F.col("src") != F.col("dst")).select("src", "dst").distinct().cache()
+    n = nodes.count()
+    indeg = (nodes.join(e.groupBy(F.col("dst").alias("v")).agg(F.count("*").alias("indegree")), "v", "left")
+             .fillna(0, ["indegree"]).groupBy("indegree").agg(F.count("*").alias("members"))
+             .orderBy("indegree").collect())
+    # undirected adjacency: (v, w) both ways
+    und = e.select(F.col("src").alias("v"), F.col("dst").alias("w")).union(
+        e.select(F.col("dst").alias("v"), F.col("src").alias("w"))).distinct().cache()
+    deg = und.groupBy("v").agg(F.count("*").alias("k"))
+    pairs = (und.alias("a").join(und.alias("b"), F.col("a.v") == F.col("b.v"))
+             .where(F.col("a.w") < F.col("b.w"))
+             .select(F.col("a.v").alias("v"), F.col("a.w").alias("x"), F.col("b.w").alias("y")))
+    link = und.select(F.col("v").alias("x"), F.col("w").alias("y"))
+    closed = pairs.join(link, ["x", "y"]).groupBy("v").agg(F.count("*").alias("links"))
+    cc = (nodes.join(deg, "v", "left").join(closed, "v", "left").fillna(0, ["k", "links"])
+          .select(F.when(F.col("k") >= 2, F.col("links") / (F.col("k") * (F.col("k") - 1) / 2))
+                  .otherwise(F.lit(0.0)).alias("c")))
+    clustering = cc.agg(F.avg("c")).first()[0]
+    # all-pairs BFS on the directed graph: frontier (s, v, d), visited pairs grow until nothing new
+    # (each hop's result is checkpointed: the plan of a union grown over many hops would not fit the heap)
+    visited = nodes.select(F.col("v").alias("s"), F.col("v").alias("v")).localCheckpoint()
+    frontier = visited
+    total, count = 0, 0
+    for hop in range(1, max_hops + 1):
+        step = (frontier.join(e, frontier.v == e.src).select("s", F.col("dst").alias("v"))
+                .distinct().join(visited, ["s", "v"], "left_anti").localCheckpoint())
+        found = step.count()
+        if found == 0:
+            break
+        total += found * hop
+        count += found
+        visited = visited.union(step).localCheckpoint()
+        frontier = step
+    return {
+        "members": n, "edges": e.count(),
+        "indegree": [{"indegree": r["indegree"], "members": r["members"]} for r in indeg],
+        "clustering": clustering,
+        "shortest_path_mean": total / count if count else None,
+        "reachable_pairs": count, "pairs": n * (n - 1),
+    }
