@@ -1,54 +1,135 @@
 """Ingest jobs: pcaps → packets table, event logs → events table (Parquet under `<run>/analysis/`).
 
-The pcaps are opened and parsed on the executors, one task per file; the driver only handles the list of files
-and the per-file summary (`scan_captures`). Each job is a pure `DataFrame -> DataFrame` function; `read_*` and
-`write_*` are the thin I/O around them.
+The pcaps are opened and parsed on the executors, one task per file, in one pass: `parse_packets` decodes each
+file into Arrow record batches of the PACKETS schema (`DataFrame.mapInArrow`, no Python rows cross to the JVM)
+and, when given a `ScanSink`, reports what the read found about the file (the CAPTURES row `scan_captures`
+gives) through a Spark accumulator, so the file is not read a second time for it (`ingest_packets`). The driver
+only handles the list of files and the per-file summary. Each job is a pure `DataFrame -> DataFrame` function;
+`read_*`, `write_*` and `ingest_packets` are the thin I/O around them.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from analysis.pcap import CaptureFile, Ports, packet_rows, scan
+from analysis.pcap import CaptureFile, CaptureScan, Ports, packet_rows, scan
 from analysis.schemas import CAPTURES, EVENT_JSON, EVENTS, PACKETS
 
 # The list of pcaps as a (small) DataFrame: one row per CaptureFile.
 FILES = StructType([StructField(name, StringType(), name == "address")
                     for name in ("node", "interface", "path", "file", "address")])
+BATCH_ROWS = 8192   # rows per Arrow record batch a task hands to the JVM
 
 
 def files_frame(spark: SparkSession, captures: Sequence[CaptureFile]) -> DataFrame:
-    return spark.createDataFrame([(c.node, c.interface, c.path, c.file, c.address) for c in captures], FILES)
-
-
-def _one_file_per_task(files: DataFrame):
-    """The files as an RDD of CaptureFile with exactly one file per partition (a pcap is read by one task)."""
-    n = files.count()
-    return (files.rdd.zipWithIndex()
-            .map(lambda row_i: (row_i[1], CaptureFile(**row_i[0].asDict())))
-            .partitionBy(max(n, 1), lambda i: i)
-            .values())
+    """The files, one per partition (so that each pcap is read by its own task)."""
+    rows = [(c.node, c.interface, c.path, c.file, c.address) for c in captures]
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(len(rows), 1)), FILES)
 
 
 def scan_captures(files: DataFrame) -> DataFrame:
-    """FILES → CAPTURES: per pcap, its link type, readable packets and bytes, time span and error (if any)."""
-    return files.sparkSession.createDataFrame(_one_file_per_task(files).map(scan), CAPTURES)
+    """FILES → CAPTURES: per pcap, its link type, readable packets and bytes, time span and error (if any), from
+    reading the records only (`ingest_packets` gets the same rows while it decodes)."""
+    def scan_all(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+
+        schema = arrow_schema(CAPTURES)
+        for b in batches:
+            rows = [scan(CaptureFile(**f)) for f in b.to_pylist()]
+            if rows:
+                yield to_batch(rows, schema)
+
+    return files.mapInArrow(scan_all, CAPTURES)
+
+
+def arrow_schema(schema: StructType):
+    """The Arrow schema of a Spark one (pyarrow.Schema)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema)
+
+
+def to_batch(rows: Sequence[tuple], schema):
+    """Row tuples (in the schema's column order) → one pyarrow.RecordBatch."""
+    import pyarrow as pa
+
+    cols = list(zip(*rows)) if rows else [()] * len(schema)
+    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+
+
+def to_batches(rows: Iterable[tuple], schema, size: int = BATCH_ROWS) -> Iterator:
+    """Row tuples → pyarrow.RecordBatches of at most `size` rows (none for no rows)."""
+    it = iter(rows)
+    while chunk := list(islice(it, size)):
+        yield to_batch(chunk, schema)
+
+
+class _ScanParam(AccumulatorParam):
+    """file → CAPTURES row; merged by file, so a task that is run again replaces its own entry."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:
+        a.update(b)
+        return a
+
+
+class ScanSink:
+    """Collects the CAPTURES rows of the files `parse_packets` reads (a Spark accumulator), available on the
+    driver once an action over the packets (e.g. `write_packets`) has run."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._acc = spark.sparkContext.accumulator({}, _ScanParam())
+
+    def rows(self, files: Sequence[CaptureFile]) -> list[dict]:
+        got = self._acc.value
+        missing = [c.file for c in files if c.file not in got]
+        if missing:
+            raise RuntimeError(f"no scan result came back for {', '.join(missing)} (was the packets table "
+                               f"computed?)")
+        return [dict(zip(CAPTURES.fieldNames(), got[c.file])) for c in files]
 
 
 def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str],
-                  clock_offsets: dict[str, float] | None = None, ports: Ports | None = None) -> DataFrame:
-    """FILES → PACKETS: every readable frame of every pcap. `names` maps addresses to plan node names.
-    `clock_offsets` (node → its host's clock minus the controller's, real hosts) put `ts` on one clock.
-    `ports`: where the nodes' packets are (node port, multicast group ports; default 7000, 7001)."""
+                  clock_offsets: dict[str, float] | None = None, ports: Ports | None = None,
+                  sink: ScanSink | None = None) -> DataFrame:
+    """FILES → PACKETS: every readable frame of every pcap, decoded on the executors into Arrow batches.
+    `names` maps addresses to plan node names. `clock_offsets` (node → its host's clock minus the controller's,
+    real hosts) put `ts` on one clock. `ports`: where the nodes' packets are (node port, multicast group ports;
+    default 7000, 7001). `sink`: also collect each file's CAPTURES row while reading it (see `ScanSink`)."""
     offs = dict(clock_offsets or {})
     ports = ports or Ports()
-    rows = _one_file_per_task(files).flatMap(lambda cap: packet_rows(cap, run_id, t0, names,
-                                                                      offs.get(cap.node, 0.0), ports))
-    return files.sparkSession.createDataFrame(rows, PACKETS, verifySchema=False)
+    acc = sink._acc if sink is not None else None
+
+    def decode(batches: Iterator) -> Iterator:
+        schema = arrow_schema(PACKETS)
+        for b in batches:
+            for f in b.to_pylist():
+                cap = CaptureFile(**f)
+                found = CaptureScan(cap) if acc is not None else None
+                yield from to_batches(packet_rows(cap, run_id, t0, names, offs.get(cap.node, 0.0), ports, found),
+                                      schema)
+                if acc is not None:
+                    acc.add({cap.file: found.row()})
+
+    return files.mapInArrow(decode, PACKETS)
+
+
+def ingest_packets(spark: SparkSession, captures: Sequence[CaptureFile], run_id: str, t0: float,
+                   names: dict[str, str], out: Path, clock_offsets: dict[str, float] | None = None,
+                   ports: Ports | None = None) -> list[dict]:
+    """Decode every pcap once: write the PACKETS table to `out` (Parquet) and return the CAPTURES rows (dicts, in
+    the order of `captures`)."""
+    sink = ScanSink(spark)
+    write_packets(parse_packets(files_frame(spark, captures), run_id, t0, names, clock_offsets, ports, sink), out)
+    return sink.rows(captures)
 
 
 def read_event_lines(spark: SparkSession, logs: Sequence[Path]) -> DataFrame:

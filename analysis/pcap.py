@@ -159,26 +159,48 @@ class PcapFile:
             off = end
 
 
+@dataclass
+class CaptureScan:
+    """What reading a pcap found, filled in while `packet_rows` reads it (one pass): a row of the CAPTURES
+    table (`row`), the same as `scan` gives for the file."""
+
+    cap: CaptureFile
+    link_type: int | None = None
+    packets: int = 0
+    bytes: int = 0
+    first: float | None = None
+    last: float | None = None
+    error: str | None = None
+
+    def row(self) -> tuple:
+        c = self.cap
+        return c.node, c.interface, c.file, self.link_type, self.packets, self.bytes, self.first, self.last, self.error
+
+
+def _open_error(cap: CaptureFile, exc: Exception) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"{cap.file}: file not found"
+    if isinstance(exc, OSError):
+        return f"{cap.file}: cannot read: {exc.strerror or exc}"
+    return str(exc)
+
+
 def scan(cap: CaptureFile) -> tuple:
-    """A row of the CAPTURES table: the file's link type, readable packets and bytes, time span, error."""
-    packets = total = 0
-    first = last = link_type = error = None
+    """A row of the CAPTURES table: the file's link type, readable packets and bytes, time span, error. Reads
+    the records only (`packet_rows` with a `CaptureScan` gives the same row while it decodes)."""
+    s = CaptureScan(cap)
     try:
         with PcapFile(cap.path, cap.file) as pf:
-            link_type = pf.link_type
+            s.link_type = pf.link_type
             for _, ts, _, orig_len, _ in pf:
-                packets += 1
-                total += orig_len
-                if first is None:
-                    first = ts
-                last = ts
-    except FileNotFoundError:
-        error = f"{cap.file}: file not found"
-    except OSError as exc:
-        error = f"{cap.file}: cannot read: {exc.strerror or exc}"
-    except PcapError as exc:
-        error = str(exc)
-    return cap.node, cap.interface, cap.file, link_type, packets, total, first, last, error
+                s.packets += 1
+                s.bytes += orig_len
+                if s.first is None:
+                    s.first = ts
+                s.last = ts
+    except (OSError, PcapError) as exc:
+        s.error = _open_error(cap, exc)
+    return s.row()
 
 
 def header_size(codec: wire.Codec) -> int:
@@ -473,23 +495,37 @@ def _not_ipv4(ethertype: int) -> str | None:
 
 
 def packet_rows(cap: CaptureFile, run_id: str, t0: float, names: dict[str, str],
-                clock_offset_s: float = 0.0, ports: Ports | None = None) -> Iterator[tuple]:
+                clock_offset_s: float = 0.0, ports: Ports | None = None,
+                scan: CaptureScan | None = None) -> Iterator[tuple]:
     """Rows of the PACKETS table for every readable frame of `cap` (several for a TCP segment that completes
     several messages). A file that cannot be read (missing, corrupt, truncated, unsupported link type) yields
-    what precedes the problem: `scan` reports the problem. `clock_offset_s`: the capturing host's clock minus the
-    controller's (real hosts); subtracted from `ts`."""
+    what precedes the problem: `scan` (the function, or a `CaptureScan` given here, filled in as the file is
+    read) reports the problem. `clock_offset_s`: the capturing host's clock minus the controller's (real hosts);
+    subtracted from `ts` (not from the scan's first/last, which are the file's own stamps, as `scan` gives)."""
     try:
         pf = PcapFile(cap.path, cap.file)
-    except (OSError, PcapError):
+    except (OSError, PcapError) as exc:
+        if scan is not None:
+            scan.error = _open_error(cap, exc)
         return
     with pf:
+        if scan is not None:
+            scan.link_type = pf.link_type
         dec = FrameDecoder(pf.link_type, cap.address, names, ports)
         head = (run_id, cap.node, cap.interface, cap.file)
         try:
             for n, ts, cap_len, orig_len, data in pf:
+                if scan is not None:
+                    scan.packets = n
+                    scan.bytes += orig_len
+                    if scan.first is None:
+                        scan.first = ts
+                    scan.last = ts
                 ts -= clock_offset_s
                 frame = head + (n, ts, ts - t0, orig_len, cap_len)
                 for cols in dec.decode(data):
                     yield frame + cols
-        except PcapError:
+        except PcapError as exc:
+            if scan is not None:
+                scan.error = str(exc)
             return

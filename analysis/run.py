@@ -12,7 +12,7 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -97,9 +97,14 @@ def _capture_warnings(run: RunDir, scanned: list[dict], counted: dict[str, dict]
     return out
 
 
-def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
+def _no_stage(name: str) -> None:
+    pass
+
+
+def analyze_run(spark: SparkSession, run: RunDir, stage: Callable[[str], None] = _no_stage) -> RunResult:
     """Ingest and compute every metric of a loaded run directory (`analysis.rundir.load`): the generic metrics,
-    then the protocol plug-in's (analysis.protocols)."""
+    then the protocol plug-in's (analysis.protocols). `stage` is told each stage as it starts (the names of
+    analysis.progress.STAGES; the progress display)."""
     plugin = protocols.get(run.protocol)
     res = RunResult(run, plugin)
     out = run.out
@@ -111,10 +116,10 @@ def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
         run.warnings.append(f"protocol {run.protocol!r} has no analysis plug-in: generic metrics only")
 
     # Ingest.
-    files = ingest.files_frame(spark, run.captures)
-    scanned = _rows(ingest.scan_captures(files))
-    ingest.write_packets(ingest.parse_packets(files, run.run_id, run.t0, run.addresses(), run.clock_offsets,
-                                              run.ports), out / "packets")
+    stage("decode pcaps")
+    scanned = ingest.ingest_packets(spark, run.captures, run.run_id, run.t0, run.addresses(), out / "packets",
+                                    run.clock_offsets, run.ports)
+    stage("read event logs")
     lines = ingest.read_event_lines(spark, run.event_logs)
     ingest.write_events(ingest.parse_events(lines, run.run_id, run.t0, run.clock_offsets), out / "events")
     for m in _rows(ingest.malformed_events(lines)):
@@ -127,6 +132,7 @@ def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
     crash = metrics.crashes(events, run.t0).cache()
     life = metrics.lifetimes(events, members, crash, run.end).cache()
 
+    stage("generic metrics")
     # Metrics: only aggregates come back to the driver; each table is also written to metrics/<name>.csv.
     mdir = out / "metrics"
 
@@ -157,6 +163,7 @@ def analyze_run(spark: SparkSession, run: RunDir) -> RunResult:
                         .orderBy("actual_s"))
     res.queues = queues.queue_drops(run.plan, run.tc, run.delayline, run.warnings)
     write_csv(mdir / "queue_drops.csv", res.queues, queues.COLUMNS)
+    stage("protocol metrics")
     res.data = plugin.metrics(protocols.MetricsContext(spark, run, packets, events, members, crash, life, table,
                                                        BIN_S))
     for df in (events, members, crash, life, rec, per_msg):

@@ -1,9 +1,11 @@
 """The SparkSession the analysis runs in, local or on a cluster.
 
-The executors run `analysis.pcap` (and through it `gossipnode.wire`): both packages are zipped and shipped with
-`addPyFile`, so a cluster needs only Python and Spark, not this project. The run directories must be at the same
-path on the driver and on every executor (a shared filesystem): the executors open the pcaps, Spark reads the
-event logs and writes the Parquet tables there through `file://` URIs.
+The executors run `analysis.pcap` (and through it `gossipnode.wire`). A local Spark's workers import both from
+the driver's source tree (PYTHONPATH); for a cluster both packages are zipped and shipped with `addPyFile`, so a
+cluster needs only Spark and Python with pyarrow (the ingest hands Arrow batches to the JVM),
+not this project. The run directories must be at the same path on the driver and on every executor (a shared
+filesystem): the executors open the pcaps, Spark reads the event logs and writes the Parquet tables there through
+`file://` URIs.
 """
 from __future__ import annotations
 
@@ -28,13 +30,28 @@ def get_spark(master: str = "local[*]", conf: dict[str, str] | None = None) -> S
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
     if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
-        builder = builder.config("spark.pyspark.python", sys.executable)  # workers see this venv's packages
+        # The local workers run this venv's Python (pyarrow for the Arrow ingest). The SparkContext takes the
+        # workers' Python from PYSPARK_PYTHON (else `python3` on the PATH); the spark.pyspark.python setting
+        # only reaches a driver started by spark-submit.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        builder = builder.config("spark.pyspark.python", sys.executable)
+    if master.startswith("local"):
+        # Local workers import this project from where the driver does (not from a zip: gossipnode finds its
+        # protocol packages on the filesystem, which a zip on the path is not).
+        paths = [*source_roots(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(dict.fromkeys(paths)))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    ship_code(spark)
+    if not master.startswith("local"):
+        ship_code(spark)
     return spark
+
+
+def source_roots() -> list[str]:
+    """The directories holding the `analysis` and `gossipnode` packages the driver imported."""
+    return list(dict.fromkeys(str(Path(pkg.__file__).resolve().parent.parent) for pkg in (analysis, gossipnode)))
 
 
 def ship_code(spark: SparkSession) -> Path:

@@ -67,3 +67,43 @@ def test_events_table(spark, run_dir):
     assert big["s"] == [2**32 - 1, 2]
     bad = [tuple(r) for r in ingest.malformed_events(lines).collect()]
     assert bad == [("h2.jsonl", 1, syn.H2_PARTIAL_LINE)]
+
+
+def _tasks_of(spark, group: str) -> int:
+    st = spark.sparkContext.statusTracker()
+    return sum(st.getStageInfo(s).numTasks for j in st.getJobIdsForGroup(group) for s in st.getJobInfo(j).stageIds
+               if st.getStageInfo(s) is not None)
+
+
+def test_ingest_reads_each_pcap_in_one_task_and_returns_the_scan(spark, run_dir, tmp_path):
+    """One pass: the packets table and the per-file scan come from the same read (one Spark task per pcap for the
+    whole ingest; before, a scan job and a parse job each read every file), and the scan is `scan_captures`'."""
+    caps = captures(run_dir)
+    scanned = [r.asDict() for r in ingest.scan_captures(ingest.files_frame(spark, caps)).collect()]
+    spark.sparkContext.setJobGroup("h7-one-pass", "ingest")
+    try:
+        rows = ingest.ingest_packets(spark, caps, "r1", syn.T0, NAMES, tmp_path / "packets")
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert _tasks_of(spark, "h7-one-pass") == len(caps)
+    assert rows == sorted(scanned, key=lambda r: [c.file for c in caps].index(r["file"]))
+    assert [r["packets"] for r in rows] == [12, 13, 2, 0]
+    back = ingest.read_table(spark, tmp_path / "packets", PACKETS)
+    assert back.count() == 27
+
+
+def test_packets_are_decoded_into_arrow_batches(spark, run_dir):
+    """The pcaps are decoded on the executors into Arrow record batches (mapInArrow), not Python rows turned into
+    a DataFrame."""
+    packets = ingest.parse_packets(ingest.files_frame(spark, captures(run_dir)), "r1", syn.T0, NAMES)
+    plan = packets._jdf.queryExecution().executedPlan().toString()
+    assert "MapInArrow" in plan and "ExistingRDD" not in plan.split("MapInArrow")[0]
+
+
+def test_tables_open_in_pandas(spark, run_dir, tmp_path):
+    """pyarrow and pandas are in the venv: a user opens the Parquet tables as they are written."""
+    import pandas as pd  # a dependency (pyproject.toml): failing to import it is a failure
+    ingest.ingest_packets(spark, captures(run_dir), "r1", syn.T0, NAMES, tmp_path / "packets")
+    df = pd.read_parquet(tmp_path / "packets")
+    assert set(df.columns) == set(PACKETS.fieldNames()) and len(df) == 27
+    assert df.groupby("node", observed=True).size().to_dict() == {"h0": 12, "h1": 13, "h2": 2}
