@@ -9,18 +9,19 @@ from orchestrator.errors import SpecError
 from . import Adapter, Context
 
 
-def _to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+def to_node(name: str, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """(Shared with cyclonacked.)"""
     n = ctx.members
     if n < 2:
-        raise SpecError(f"protocol.cyclon: a group of {n} member(s) has no overlay to build")
+        raise SpecError(f"protocol.{name}: a group of {n} member(s) has no overlay to build")
     if "view_size" in params and params["view_size"] > n - 1:
-        raise SpecError(f"protocol.cyclon.view_size: {params['view_size']} is larger than the group allows "
+        raise SpecError(f"protocol.{name}.view_size: {params['view_size']} is larger than the group allows "
                         f"({n} members: at most {n - 1})")
     view = params.get("view_size", min(35, n - 1))
     shuffle = params.get("shuffle_length", min(14, view))
     if params.get("contact", 0) >= n:
-        raise SpecError(f"protocol.cyclon.contact: {params['contact']} is not a member id (0..{n - 1})")
+        raise SpecError(f"protocol.{name}.contact: {params['contact']} is not a member id (0..{n - 1})")
     return {**params, "view_size": view, "shuffle_length": shuffle}
 
 
-ADAPTER = Adapter(to_node=_to_node)
+ADAPTER = Adapter(to_node=lambda params, ctx: to_node("cyclon", params, ctx))
