@@ -200,3 +200,51 @@ def test_sim_safety_seeds(seed):
     sim.run(4.5)
     ref = safety(sim, range(n))
     assert sum(kind == "view" for _g, kind, *_ in ref) >= 2 and len(ref) > 100
+
+
+def test_view_change_drops_a_member_too_far_behind():
+    """A member that acknowledges the Prefreshview but has delivered more than `max_lag` gseqs less than the
+    leader is dropped like a silent one; one within the lag stays."""
+    leader, m1, s2, s3 = cores(max_lag=2, view_period_s=1.0, ack_timeout_s=0.5, ack_defer_s=0.1)
+    for lseq in range(1, 6):
+        leader.receive(GseqReq(2, lseq, b""), 0.1)                # gseqs 1..5 at the leader
+    out = leader.tick(1.0)
+    assert fields(out, "view_change_started") == [{"view": 1, "high": 5, "members": 4}]
+    (_g, pre), = out.mcast
+    assert (pre.origin, pre.seq, decode_item(pre.payload)) == (1, 1, PrefreshItem(1, 5))
+    held = leader.receive(GseqReq(3, 1, b""), 1.1)               # held during the view change
+    assert not sends(held, GseqAck)
+    leader.receive(AckPrefresh(1, 1, 1), 1.2)                    # 4 behind: too far
+    leader.receive(AckPrefresh(2, 1, 5), 1.2)
+    leader.receive(AckPrefresh(3, 1, 3), 1.3)                    # 2 behind: within max_lag
+    out = leader.tick(1.5)
+    (decided,) = fields(out, "view_change_decided")
+    assert decided["dropped"] == [1] and decided["members"] == 3 and decided["gseq"] == 6
+    assert [f["dropped"] for f in fields(out, "view_installed")] == [[1]]
+    assert sends(out, GseqAck) == [(3, GseqAck(0, 1, 7, 1))]    # the held request, ordered after the Newview
+
+
+def test_decoders_never_raise_anything_but_decode_errors():
+    import random
+    from gossipnode.protocols.pbcast.wire import Data as PbData, Digest as PbDigest
+    from gossipnode.protocols.tradvsync.wire import Ack, Data as TvData, Nak
+    samples = [PbData(1, 2, 0, 1, 3, b"abc"), PbDigest(1, 2, ((0, 1, 4), (1, 2, 2))), TvData(1, 4, b"xy"),
+               Ack(2, 1, 5), Nak(2, 1, 3, 4), PData(1, 3, 0, 2, 9, encode_item(DataItem(2, 4, b"p"))),
+               RepairItems(0, 12, ((10, encode_item(ViewItem(2, (0, 1)))),)), GseqAck(0, 1, 2, 3)]
+    rng = random.Random(7)
+    tried = 0
+    for msg in samples:
+        good = wire.encode(msg)
+        for _ in range(300):
+            bad = bytearray(good)
+            if rng.random() < 0.5:
+                bad = bad[:rng.randrange(len(bad))]
+            else:
+                for _k in range(rng.randint(1, 3)):
+                    bad[rng.randrange(9, len(bad))] = rng.randrange(256)
+            tried += 1
+            try:
+                wire.decode(bytes(bad))
+            except wire.DecodeError:
+                pass
+    assert tried == 300 * len(samples)
