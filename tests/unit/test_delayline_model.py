@@ -172,6 +172,8 @@ class Driver:
             heapq.heappush(self.heap, (rel, self.seq, m.gen))
         if rel is not None:
             assert rel >= now
+            if m.limit and m.sec_per_byte:   # admitted only below the limit in force (a `set` may lower it
+                assert m.queue_len(now) <= m.limit   # under a longer backlog: that drains, nothing joins it)
             if m.sec_per_byte:            # never before its own serialisation ends (behind the previous one)
                 assert rel >= max(now, busy_before) + (length + L2_OVERHEAD_BYTES) * m.sec_per_byte - 1e-12
         self.check(now)
@@ -182,8 +184,6 @@ class Driver:
         assert consistent(m)
         assert m.held == sum(1 for e in self.heap if e[2] == m.gen)
         assert m.delayed >= m.held
-        if m.limit:
-            assert m.queue_len(now) <= m.limit and m.max_queue <= m.limit
 
 
 rates = st.one_of(st.none(), st.integers(min_value=10_000, max_value=100 * MBIT))
@@ -219,6 +219,7 @@ def test_invariants_fifo_queue_limit_and_counters(p, pkts, seed):
     assert drv.released == sorted(drv.released) and len(drv.released) == len(rels)
     m = drv.m
     assert m.held == 0 and m.accepted == len(rels) and consistent(m)
+    assert not m.limit or not m.sec_per_byte or m.max_queue <= m.limit
     assert m.lost + m.overflowed + m.cut_dropped == drv.outcomes["drop"]
 
 

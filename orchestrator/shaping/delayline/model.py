@@ -10,7 +10,8 @@ overhead) behind a queue of at most `queue_pkts` packets not yet fully serialise
 Counters (see DELAYLINE.md) keep these invariants, which tests/unit/test_delayline_model.py checks:
 - packets == accepted + held + lost + overflowed + cut_dropped (every offered packet is counted once, a held
   one moves to accepted when released or to cut_dropped / accepted when a cut / a flush empties the direction);
-- the serialiser queue never holds more than `queue_pkts` packets (max_queue <= queue_pkts);
+- a packet joins the serialiser queue only while it holds fewer than `queue_pkts` packets (so max_queue <=
+  queue_pkts; a `set` that lowers queue_pkts under a longer backlog lets it drain, nothing joins it);
 - release times are non-decreasing per direction (FIFO), except for `reordered` packets and across `set`;
 - no packet is released before its arrival + its serialisation time.
 """
