@@ -56,8 +56,6 @@ def capture_targets(plan, mode: str) -> list[tuple[str, str, list[str]]]:
 
 
 class LocalDriver(NodeDriver):
-    nodes: dict
-
     def __init__(self, backend, ctx):
         super().__init__(backend, ctx)
         self.nodes: dict[str, subprocess.Popen] = {}

@@ -36,9 +36,11 @@ def popen_in(state):
 
 
 def access_capture(state, plan, node: str, path) -> subprocess.Popen:
-    """The runner's access-mode capture of `node` (Runner.start_captures with groups)."""
-    return in_node(state, node, ["tcpdump", "-i", "any", "-n", "-U", "-w", str(path), "host", plan.node(node).address,
-                                 "or", "(", "dst", "net", "224.0.0.0/4", "and", "inbound", ")"],
+    """The runner's access-mode capture of `node` (the local driver's `capture_targets` with groups)."""
+    from orchestrator.backends.local import capture_targets
+
+    (_, ifname, filt), = [t for t in capture_targets(plan, "access") if t[0] == node]
+    return in_node(state, node, ["tcpdump", "-i", ifname, "-n", "-U", "-w", str(path), *filt],
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
