@@ -219,7 +219,8 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
     rd.write_plan(backend.run_plan(plan, state))
     rd.write_configs(configs)
     rd.write_manifest(run_id=run_id, experiment_file=str(experiment_path), spec=exp.model_dump(mode="json"),
-                      seed=exp.seed, backend=backend.name, plan_digest=plan.digest(), lab=lab_name,
+                      seed=exp.seed, backend=backend.name, lab=lab_name,
+                      plan_digest=state.plan_digest if state else plan.digest(),   # hosts: plan.json is realised
                       versions=versions(), started_at=time.time(), status="starting")
     backend.for_run(rd, exp)
     if built:
