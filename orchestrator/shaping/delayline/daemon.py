@@ -226,8 +226,7 @@ class DelayLine(EventLoop):
                 os.replace(tmp, self.stats_file)
             except OSError as e:
                 log(f"cannot write stats file: {e}")
-        for ns in self.namespaces.values():
-            ns.close()
+        self.close_namespaces()
         self.control.close()
 
     def close_namespaces(self) -> None:
