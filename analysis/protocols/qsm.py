@@ -11,8 +11,8 @@ Definitions (times are unix seconds; protocol fields come from the events' `raw`
 - **rate over time**: per sender, data messages sent per 1 s bin (the paper's Figure 17 samples) between its
   first and last full second of sending, and the `rate_changed` points (μ_snd); **variability**: the standard
   deviation of the 1 s samples (Figure 18), also relative to their mean.
-- **control overhead**: the QSM messages every member sent (its own capture, direction out), by type: packets
-  and bytes (envelope + length); control = every type but DATA (retransmissions and forwards are overhead, as in
+- **control overhead**: the QSM messages every member sent (its own capture, direction out; a multicast datagram
+  once, though it leaves by mc0 and the tree links), by type: packets and bytes (envelope + length); control = every type but DATA (retransmissions and forwards are overhead, as in
   Figures 10-11); fractions of packets and of bytes.
 - **recovery**: `recovered` events (a packet that arrived by push, pull or the sender's retransmission):
   latency = arrival minus when the member first knew it was missing (a later packet arrived, or the token's
@@ -109,8 +109,14 @@ def rate_changes(events: DataFrame) -> DataFrame:
 
 
 def overhead(packets: DataFrame) -> DataFrame:
-    """(type_name, packets, bytes): QSM messages every member sent (direction out)."""
-    return (packets.where((F.col("protocol_name") == "qsm") & (F.col("direction") == "out") & F.col("decoded"))
+    """(type_name, packets, bytes): QSM messages every member sent (direction out). A multicast datagram leaves
+    its sender on mc0 and again on each tree link the kernel forwards it on, all captured on `any`: it counts
+    once per (sender node, group address, type, seq, length)."""
+    out = packets.where((F.col("protocol_name") == "qsm") & (F.col("direction") == "out") & F.col("decoded"))
+    mcast = (out.where(F.col("transport") == "mcast")
+             .dropDuplicates(["node", "ip_dst", "type_name", "sender", "seq", "length"]))
+    other = out.where(F.col("transport").isNull() | (F.col("transport") != "mcast"))
+    return (mcast.unionByName(other)
             .groupBy("type_name").agg(F.count("*").alias("packets"), F.sum(F.col("length") + ENVELOPE)
                                       .alias("bytes"))
             .orderBy("type_name"))

@@ -100,3 +100,19 @@ def test_summary_weights():
     assert s["control_packets_fraction"] == pytest.approx(0.4)
     assert s["control_bytes_fraction_qsm"] == pytest.approx(0.4)
     assert s["ack_latency_mean_s"] == pytest.approx(0.6)
+
+
+def test_overhead_counts_a_multicast_datagram_once(spark):
+    # h0 multicasts DATA seq 1 to 239.1.0.1: captured leaving by mc0 and by h0-eth0 (2 frames, 1 message);
+    # the same seq to 239.1.0.2 (another region): 1 more; a TOKEN over TCP twice (two rounds), a PULL; h1 forwards
+    # the DATA (direction fwd: not counted)
+    rows = [("h0", "out", "mcast", "239.1.0.1", "DATA", 0, 1, 91), ("h0", "out", "mcast", "239.1.0.1", "DATA", 0, 1, 91),
+            ("h0", "out", "mcast", "239.1.0.2", "DATA", 0, 1, 91), ("h0", "out", "tcp", "10.0.0.2", "TOKEN", 0, None, 40),
+            ("h0", "out", "tcp", "10.0.0.2", "TOKEN", 0, None, 40), ("h1", "out", "tcp", "10.0.0.1", "PULL", 1, None, 16),
+            ("h1", "fwd", "mcast", "239.1.0.1", "DATA", 0, 1, 91)]
+    packets = spark.createDataFrame(
+        [(n, d, t, dst, ty, snd, seq, ln, "qsm", True) for n, d, t, dst, ty, snd, seq, ln in rows],
+        "node string, direction string, transport string, ip_dst string, type_name string, sender int, seq long, "
+        "length int, protocol_name string, decoded boolean")
+    got = {r["type_name"]: (r["packets"], r["bytes"]) for r in qsm.overhead(packets).collect()}
+    assert got == {"DATA": (2, 200), "TOKEN": (2, 98), "PULL": (1, 25)}
