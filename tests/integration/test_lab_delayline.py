@@ -40,8 +40,11 @@ def gone(pid: int, within_s: float = 5.0) -> bool:
     return True
 
 
-def delayline_pids():
-    out = subprocess.run(["pgrep", "-f", "orchestrator.shaping.delayline"], capture_output=True, text=True).stdout
+def delayline_pids(lab: str | None = None):
+    """The delay-line daemons running — of lab `lab` only when given (its config lives in the lab's state
+    directory): other labs may come and go on a shared machine while a test runs."""
+    pattern = "orchestrator.shaping.delayline" + (f" --config .*/{lab}/delayline.json" if lab else "")
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
 
 
@@ -91,23 +94,27 @@ def test_killed_delay_line_stops_the_run_and_leaves_nothing(tmp_path, state_dir)
     f = tmp_path / "x.yaml"
     f.write_text(f"name: {name}\ntopology: {{kind: tree, nodes: 5, degree: 4}}\nlinks: {{rate: 30kbit, delay: 5ms}}\n"
                  "protocol: {gsgc: {subgroup: 1, step: 1s, fail_k: 10}}\nduration: 60s\n")
-    before = set(delayline_pids())
     p = subprocess.Popen([*ORCH, "run", str(f), "--out", str(tmp_path / "runs")], cwd=REPO,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/events/h0.jsonl")):
-        time.sleep(0.2)
-    ours = set(delayline_pids()) - before
-    assert len(ours) == 1, "the run's delay line should be running"
-    os.kill(ours.pop(), signal.SIGKILL)
-    out, errs = p.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/events/h0.jsonl")):
+            time.sleep(0.2)
+        ours = delayline_pids(name)
+        assert len(ours) == 1, "the run's delay line should be running"
+        os.kill(ours[0], signal.SIGKILL)
+        out, errs = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:            # the test failed before the run ended: stop it the way a user would
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=120)
     assert p.returncode == 1
     assert "delay line" in errs and "blackholed" in errs, errs[-2000:]
     run_dir = next((tmp_path / "runs").iterdir())
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"].startswith("shaper failed")
     assert lab_namespaces(name) == []
-    assert set(delayline_pids()) <= before
+    assert delayline_pids(name) == []
     assert not (state_dir / name).exists()
 
 
