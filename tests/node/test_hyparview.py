@@ -203,3 +203,22 @@ def test_simulated_flood_is_reliable_after_a_60_percent_crash():
     assert len(after) > 20
     rel = [len((got.get((i, e.fields["seq"]), set()) | {i}) - dead) / (n - len(dead)) for i, e in after]
     assert min(rel) >= 0.95
+
+
+def test_the_experiment_side_computes_the_sizes_from_n_and_refuses_bad_input():
+    from orchestrator.errors import SpecError
+    from orchestrator.protocols import Context, ProtocolSection
+
+    section = ProtocolSection.model_validate({"hyparview": {"cycle": "2s"}})
+    params = section.node_params(Context(members=60, seed=1))
+    assert params == {"name": "hyparview", "cycle_s": 2.0, "active_size": 3, "passive_size": 18}
+    with pytest.raises(SpecError, match="larger than the group"):
+        ProtocolSection.model_validate({"hyparview": {"active_size": 30}}).node_params(Context(members=30, seed=1))
+    with pytest.raises(SpecError, match="not a member"):
+        ProtocolSection.model_validate({"hyparview": {"contact": 30}}).node_params(Context(members=30, seed=1))
+    with pytest.raises(ValidationError):
+        ProtocolSection.model_validate({"hyparview": {"fanout": 3}})
+    cyc = ProtocolSection.model_validate({"cyclon": {}}).node_params(Context(members=20, seed=1))
+    assert (cyc["view_size"], cyc["shuffle_length"]) == (19, 14)
+    with pytest.raises(SpecError, match="larger than the group"):
+        ProtocolSection.model_validate({"cyclonacked": {"view_size": 35}}).node_params(Context(members=20, seed=1))
