@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from analysis import report
+from analysis import progress, report
+from analysis.progress import AnalysisProgress
 from analysis.rundir import AnalysisError, load
 from analysis.run import analyze_run
 from analysis.session import get_spark
@@ -29,9 +30,11 @@ class Outcome:
     failed: dict[str, str] = field(default_factory=dict)  # run directory → why it could not be analysed
 
 
-def run_analysis(run_dirs: list[Path], master: str = "local[*]", out: Path | None = None) -> Outcome:
+def run_analysis(run_dirs: list[Path], master: str = "local[*]", out: Path | None = None,
+                 quiet: bool = False) -> Outcome:
     """Analyse the runs in one Spark application: the active SparkSession if there is one (left running), else
-    a new one on `master`, stopped at the end. Raises AnalysisError if no run could be analysed."""
+    a new one on `master`, stopped at the end. Raises AnalysisError if no run could be analysed. A progress
+    display per run and stage goes to stderr when it is a terminal and not `quiet` (analysis.progress)."""
     if not run_dirs:
         raise AnalysisError("no run directory given")
     compare = len(run_dirs) > 1 or out is not None
@@ -48,13 +51,17 @@ def run_analysis(run_dirs: list[Path], master: str = "local[*]", out: Path | Non
     active = SparkSession.getActiveSession()
     spark = active or get_spark(master)
     try:
-        for run in runs:
-            res = analyze_run(spark, run)
-            md, _ = report.run_report(res)
-            for w in res.warnings:
-                print(f"warning: {run.run_id}: {w}", file=sys.stderr)
-            print(f"{run.run_id}: {md.with_suffix('.html')}")
-            outcome.summaries.append(res.summary)
+        with AnalysisProgress(progress.wanted(quiet), spark.sparkContext) as shown:
+            for run in runs:
+                shown.start_run(run.run_id)
+                res = analyze_run(spark, run, shown.stage)
+                shown.stage("report")
+                md, _ = report.run_report(res)
+                shown.end_run()
+                for w in res.warnings:
+                    print(f"warning: {run.run_id}: {w}", file=sys.stderr)
+                print(f"{run.run_id}: {md.with_suffix('.html')}")
+                outcome.summaries.append(res.summary)
     finally:
         if active is None:
             spark.stop()
@@ -64,10 +71,10 @@ def run_analysis(run_dirs: list[Path], master: str = "local[*]", out: Path | Non
     return outcome
 
 
-def analyze(run_dirs: list[Path], master: str = "local[*]", out: Path | None = None) -> Path:
+def analyze(run_dirs: list[Path], master: str = "local[*]", out: Path | None = None, quiet: bool = False) -> Path:
     """The API `orchestrator analyze` calls: analyse the runs and return the directory holding the report (the
     run directory for one run without `out`; else `out`, default ./comparison)."""
-    return run_analysis(run_dirs, master, out).report_dir
+    return run_analysis(run_dirs, master, out, quiet).report_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[*]", help="Spark master (default: local[*]; spark://host:7077, yarn)")
     p.add_argument("--out", type=Path, default=None,
                    help=f"comparison report directory (default with several runs: ./{DEFAULT_COMPARISON}/)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress display (it is shown only when stderr is a terminal anyway)")
     args = p.parse_args(argv)
     try:
-        outcome = run_analysis(args.run_dirs, args.master, args.out)
+        outcome = run_analysis(args.run_dirs, args.master, args.out, args.quiet)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
