@@ -1,13 +1,16 @@
 """Ingest throughput of the Spark analysis against `tshark -T fields`, on the same pcap set, in one run.
 
 Writes a synthetic capture set like a run's (one Linux cooked v2 pcap per member, snaplen 128, a GOSSIP / LIVE /
-DATA mix with some ICMP and ARP), then times
-  - spark: the ingest job (pcaps parsed on the executors → packets table written as Parquet), SparkSession
-    start-up excluded;
+DATA mix with some ICMP and ARP), then times, in one SparkSession (start-up excluded):
+  - spark arrow: the analysis' ingest (`analysis.ingest.ingest_packets`): each pcap decoded once on the
+    executors into Arrow record batches (mapInArrow), the per-file scan collected in the same pass, the packets
+    table written as Parquet;
+  - spark rows: the ingest it replaced (kept here as the reference): a scan job reading every pcap, then the
+    pcaps read again and parsed into an RDD of Python tuples → createDataFrame → the same Parquet table;
   - tshark: `tshark -r FILE -T fields -e frame.time_epoch -e ip.src -e ip.dst -e udp.srcport -e udp.dstport
     -e frame.len -e udp.length` over every file, once one file after another (one process) and once with as
     many processes as Spark has cores;
-and prints packets/s for each and the ratios. tshark only splits the fields; it cannot decode the protocol header.
+and prints packets/s for each and the ratios (arrow against rows, each against tshark). tshark only splits the fields; it cannot decode the protocol header.
 
     python benchmarks/bench_analysis.py [--packets 1048576] [--files 16] [--master local[*]] [--json FILE]
 """
@@ -87,8 +90,24 @@ def write_captures(directory: Path, packets: int, files: int, seed: int = 1) -> 
     return paths
 
 
-def time_spark(paths: list[Path], master: str, out: Path) -> tuple[float, float, int, int]:
-    """(session start-up s, ingest s, packets in the table, cores)."""
+def _rows_ingest(spark, caps, out: Path) -> list:
+    """The ingest before the Arrow one (the reference): scan job, then RDD of tuples → createDataFrame."""
+    from analysis import ingest
+    from analysis.pcap import CaptureFile, packet_rows, scan
+    from analysis.schemas import CAPTURES, PACKETS
+
+    files = ingest.files_frame(spark, caps)
+    n = files.count()
+    one_per_task = (files.rdd.zipWithIndex().map(lambda r: (r[1], CaptureFile(**r[0].asDict())))
+                    .partitionBy(max(n, 1), lambda i: i).values())
+    scanned = spark.createDataFrame(one_per_task.map(scan), CAPTURES).collect()
+    rows = one_per_task.flatMap(lambda cap: packet_rows(cap, "bench", 1_800_000_000.0, {}))
+    ingest.write_packets(spark.createDataFrame(rows, PACKETS, verifySchema=False), out)
+    return scanned
+
+
+def time_spark(paths: list[Path], master: str, out: Path) -> dict:
+    """Session start-up, both ingests (s) and the packets in each table, and the cores."""
     from pyspark.sql import functions as F
 
     from analysis import ingest
@@ -100,14 +119,16 @@ def time_spark(paths: list[Path], master: str, out: Path) -> tuple[float, float,
     spark = get_spark(master)
     startup = time.perf_counter() - t
     caps = [CaptureFile(p.stem.rsplit("-", 1)[0], "any", str(p), p.name, None) for p in paths]
-    t = time.perf_counter()
-    files = ingest.files_frame(spark, caps)
-    ingest.write_packets(ingest.parse_packets(files, "bench", 1_800_000_000.0, {}), out)
-    elapsed = time.perf_counter() - t
-    n = ingest.read_table(spark, out, PACKETS).agg(F.count("*")).first()[0]
-    cores = spark.sparkContext.defaultParallelism
+    res = {"startup_s": startup, "cores": spark.sparkContext.defaultParallelism}
+    for name, job in (("rows", lambda o: _rows_ingest(spark, caps, o)),
+                      ("arrow", lambda o: ingest.ingest_packets(spark, caps, "bench", 1_800_000_000.0, {}, o))):
+        t = time.perf_counter()
+        scanned = job(out / name)
+        res[f"{name}_s"] = time.perf_counter() - t
+        res[f"{name}_rows"] = ingest.read_table(spark, out / name, PACKETS).agg(F.count("*")).first()[0]
+        res[f"{name}_scanned"] = sum(r["packets"] for r in scanned)
     spark.stop()
-    return startup, elapsed, n, cores
+    return res
 
 
 def _tshark(path: Path) -> int:
@@ -145,23 +166,32 @@ def main(argv: list[str] | None = None) -> int:
         size = sum(f.stat().st_size for f in paths)
         print(f"capture set: {args.packets} packets in {len(paths)} files, {size / 1e6:.1f} MB "
               f"(written in {time.perf_counter() - t:.1f} s); {os.cpu_count()} CPUs")
-        startup, spark_s, n_spark, cores = time_spark(paths, args.master, work / "packets")
-        print(f"spark ({args.master}, {cores} cores): start-up {startup:.1f} s, ingest {spark_s:.1f} s, "
-              f"{n_spark} rows -> {n_spark / spark_s:,.0f} packets/s")
+        sp = time_spark(paths, args.master, work / "packets")
+        cores = sp["cores"]
+        print(f"spark ({args.master}, {cores} cores): start-up {sp['startup_s']:.1f} s")
+        for name in ("rows", "arrow"):
+            print(f"spark {name}: ingest {sp[name + '_s']:.1f} s, {sp[name + '_rows']} rows -> "
+                  f"{sp[name + '_rows'] / sp[name + '_s']:,.0f} packets/s")
         seq_s, n_seq = time_tshark(paths, 1)
         print(f"tshark -T fields, 1 process: {seq_s:.1f} s, {n_seq} lines -> {n_seq / seq_s:,.0f} packets/s")
         par_s, n_par = time_tshark(paths, cores)
         print(f"tshark -T fields, {cores} processes: {par_s:.1f} s -> {n_par / par_s:,.0f} packets/s")
-        if not n_spark == n_seq == n_par == args.packets:
-            print(f"packet counts differ: spark {n_spark}, tshark {n_seq} / {n_par}, written {args.packets}",
-                  file=sys.stderr)
+        counts = [sp["rows_rows"], sp["arrow_rows"], sp["rows_scanned"], sp["arrow_scanned"], n_seq, n_par]
+        if set(counts) != {args.packets}:
+            print(f"packet counts differ: spark rows / arrow {counts[:2]}, their scans {counts[2:4]}, tshark "
+                  f"{counts[4:]}, written {args.packets}", file=sys.stderr)
             return 1
         result = {"packets": args.packets, "files": len(paths), "bytes": size, "cores": cores,
-                  "spark_startup_s": startup, "spark_s": spark_s, "tshark_1_s": seq_s, "tshark_n_s": par_s,
-                  "spark_pps": n_spark / spark_s, "tshark_1_pps": n_seq / seq_s, "tshark_n_pps": n_par / par_s,
-                  "ratio_vs_tshark_1": seq_s / spark_s, "ratio_vs_tshark_n": par_s / spark_s}
-        print(f"ratio spark / tshark: {result['ratio_vs_tshark_1']:.2f} (one tshark), "
-              f"{result['ratio_vs_tshark_n']:.2f} ({cores} tsharks)")
+                  "spark_startup_s": sp["startup_s"], "spark_rows_s": sp["rows_s"], "spark_arrow_s": sp["arrow_s"],
+                  "tshark_1_s": seq_s, "tshark_n_s": par_s, "spark_rows_pps": args.packets / sp["rows_s"],
+                  "spark_arrow_pps": args.packets / sp["arrow_s"], "tshark_1_pps": n_seq / seq_s,
+                  "tshark_n_pps": n_par / par_s, "arrow_gain": sp["rows_s"] / sp["arrow_s"],
+                  "rows_vs_tshark_1": seq_s / sp["rows_s"], "rows_vs_tshark_n": par_s / sp["rows_s"],
+                  "arrow_vs_tshark_1": seq_s / sp["arrow_s"], "arrow_vs_tshark_n": par_s / sp["arrow_s"]}
+        print(f"arrow / rows: {result['arrow_gain']:.2f} x faster")
+        print(f"ratio spark / tshark (tshark time / spark time; > 1: spark faster): rows "
+              f"{result['rows_vs_tshark_1']:.2f} (one tshark), {result['rows_vs_tshark_n']:.2f} ({cores} tsharks); "
+              f"arrow {result['arrow_vs_tshark_1']:.2f}, {result['arrow_vs_tshark_n']:.2f}")
         if args.json:
             args.json.write_text(json.dumps(result, indent=1))
     finally:
