@@ -13,7 +13,7 @@ pbcast on first arrival, tradvsync and vsync in order):
   *Unperturbed* members: neither a sender nor the target of a `perturb`, `pause` or `crash` action (read from the
   orchestrator's `action_applied` records); *perturbed*: the targets of `perturb`.
 - **load by type**: per member, the decoded messages it sent and received per message type, per second of its
-  lifetime (from its own capture).
+  lifetime (from its own capture; a datagram captured on several of its interfaces counts once).
 """
 from __future__ import annotations
 
@@ -94,8 +94,14 @@ def throughput_summary(windows: DataFrame) -> DataFrame:
 
 
 def load_by_type(packets: DataFrame, life: DataFrame) -> DataFrame:
-    """(node, type_name, sent, received, sent_per_s, received_per_s) from each member's own capture."""
-    dec = packets.where(F.col("decoded"))
+    """(node, type_name, sent, received, sent_per_s, received_per_s) from each member's own capture. A datagram
+    captured more than once at a node (a multicast leaves its sender by every tree link; a router sees the copy it
+    receives and those it forwards; `any` and a named interface) counts once: copies are the same (direction,
+    addresses, ports, type, sender, seq, round, length) within the same 50 ms."""
+    key = ["node", "direction", "ip_src", "ip_dst", "src_port", "dst_port", "type_name", "sender", "seq", "round",
+           "length", "bucket"]
+    dec = (packets.where(F.col("decoded")).withColumn("bucket", F.floor(F.col("ts") / 0.05))
+           .dropDuplicates(key))
     agg = (dec.groupBy("node", "type_name")
            .agg(F.count(F.when(F.col("direction") == "out", 1)).alias("sent"),
                 F.count(F.when(F.col("direction") == "in", 1)).alias("received")))

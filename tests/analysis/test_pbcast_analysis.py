@@ -63,3 +63,19 @@ def test_vsync_waves_and_views(spark):
     assert w["h1"]["lag_leader_mean_s"] == pytest.approx(0.7) and w["h1"]["lag_pbcast_max_s"] == pytest.approx(0.2)
     (v,) = view_changes(events).collect()
     assert (v["view"], v["duration_s"], v["acks"], v["installed_at"], v["dropped"]) == (1, 1.0, 2, 3, "[2]")
+
+
+def test_load_by_type_counts_a_datagram_once(spark):
+    """A multicast P_DATA leaves h1 by three links (three captured copies, microseconds apart): one sent; two
+    distinct digests (different rounds) stay two."""
+    from analysis.protocols.pbcast import load_by_type
+    cols = ("node string, direction string, ip_src string, ip_dst string, src_port int, dst_port int, "
+            "type_name string, sender int, seq long, round long, length int, ts double, decoded boolean")
+    base = ("h1", "out", "10.0.0.2", "239.1.8.1", 7000, 7001, "P_DATA", 1, 5, 0, 300)
+    rows = [(*base, 100.0 + i * 1e-5, True) for i in range(3)]
+    rows += [("h1", "out", "10.0.0.2", "10.0.0.3", 7000, 7000, "P_DIGEST", 1, None, r, 20, 100.2, True)
+             for r in (7, 8)]
+    packets = spark.createDataFrame(rows, cols)
+    life = spark.createDataFrame([("h1", 90.0, 110.0)], "member string, started_ts double, end_ts double")
+    got = {r["type_name"]: (r["sent"], r["sent_per_s"]) for r in load_by_type(packets, life).collect()}
+    assert got == {"P_DATA": (1, 0.05), "P_DIGEST": (2, 0.1)}
