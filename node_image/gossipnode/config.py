@@ -111,6 +111,10 @@ class NodeConfig(Strict):
     control: Path | None = Field(default=None, description="unix stream socket path of the control endpoint")
     duration_s: float | None = Field(default=None, gt=0)
     wait_for_start: bool = Field(default=False, description="run the protocol only after a control `start`")
+    netns: str | None = Field(default=None, min_length=1,
+                              description="network namespace to open the member's sockets in (a name under "
+                                          "/run/netns, or an absolute path); None: the process's own. Used when "
+                                          "several members share one process (packed members)")
 
     @field_validator("listen")
     @classmethod

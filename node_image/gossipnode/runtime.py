@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from . import control, wire
+from . import control, netns, wire
 from .config import MulticastGroup, NodeConfig, parse_addr
 from .eventlog import EventLog
 from .protocols import registry
@@ -92,7 +92,11 @@ def multicast_sockets(group: MulticastGroup) -> tuple[socket.socket, socket.sock
     it) and sends on `send_if` with the group's TTL, loopback on (the kernel forwards a member's own packet from
     its looped-back copy)."""
     recv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    send = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        send = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError:
+        recv.close()
+        raise
     try:
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
@@ -129,6 +133,8 @@ class _TcpConn(asyncio.Protocol):
         self.ip = (transport.get_extra_info("peername") or ("", 0))[0]
         if sock is not None:
             self.node.tune_tcp(sock)
+        if self.node.paused:         # accepted while paused: the kernel completed the handshake, nobody reads
+            self.transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -178,8 +184,15 @@ class NodeRuntime:
         self._timer: asyncio.TimerHandle | None = None
         self._due = float("inf")
         self._start_handle: asyncio.TimerHandle | None = None
+        self._duration_handle: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self.stop_reason = ""
+        self.paused = False            # a packed member's pause: nothing read, no timer fires (like SIGSTOP)
+        self._late_start = False       # a start that came due while paused
+        self.crashed = False           # a packed member's crash: sockets gone, no goodbye, no further event
+        self._torn_down = False
+        self._announced = False        # node_started was written (node_stopped is written only after it)
+        self._control_server: asyncio.AbstractServer | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -187,10 +200,17 @@ class NodeRuntime:
         """Run until stopped (SIGTERM/SIGINT when `handle_signals`, control `stop`, or `duration_s`).
         Returns the stop reason."""
         loop = asyncio.get_running_loop()
+        try:
+            return await self._run(loop, handle_signals)
+        finally:
+            self._teardown()
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, handle_signals: bool) -> str:
         sock = self._sock or self._bind()
         self._transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "udp"), sock=sock)
         for group in self.cfg.multicast:
-            rsock, ssock = multicast_sockets(group)
+            with netns.entered(self.cfg.netns):
+                rsock, ssock = multicast_sockets(group)
             rtransport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "mcast"), sock=rsock)
             stransport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, "mcast"), sock=ssock)
             self._mcast[group.name] = (stransport, (group.address, group.port), group.may_send)
@@ -199,68 +219,143 @@ class NodeRuntime:
             host, port = parse_addr(self.cfg.listen)
             if self._sock is not None:      # tests: TCP on the UDP socket's port
                 host, port = self._sock.getsockname()[:2]
-            self._tcp_server = await loop.create_server(lambda: _TcpConn(self, None, False), host, port,
-                                                        reuse_address=True)
+            with netns.entered(self.cfg.netns):
+                lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                lsock.setblocking(False)
+                lsock.bind((host, port))
+            except OSError:
+                lsock.close()
+                raise
+            self._tcp_server = await loop.create_server(lambda: _TcpConn(self, None, False), sock=lsock)
         ctl_path = self.cfg.control
-        server = await control.serve(ctl_path, self._on_control) if ctl_path else None
+        if ctl_path:
+            self._control_server = await control.serve(ctl_path, self._on_control)
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
         self._event("node_started", id=self.cfg.id, pid=os.getpid(), listen=self.cfg.listen, n=self.cfg.n,
                     senders=self.cfg.senders, protocol=self.cfg.protocol.model_dump(mode="json"),
                     multicast=[g.name for g in self.cfg.multicast], wait_for_start=self.cfg.wait_for_start)
+        self._announced = True
         flusher = asyncio.ensure_future(self._flush_periodically())
         if not self.cfg.wait_for_start:
             self.start_protocol()
         try:
             await self._stopped.wait()
         finally:
-            for handle in (self._timer, self._start_handle):
-                if handle is not None:
-                    handle.cancel()
             flusher.cancel()
+            if self._control_server is not None:
+                self._control_server.close()
+                await self._control_server.wait_closed()
+        return self.stop_reason
+
+    def _teardown(self) -> None:
+        """Close every socket and timer; then, unless crashed, write node_stopped. Idempotent. A crash closes
+        without a goodbye: TCP connections are aborted (their unsent data dropped), no event is written."""
+        if self._torn_down:
+            return
+        self._torn_down = True
+        for handle in (self._timer, self._start_handle, self._duration_handle):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._start_handle = self._duration_handle = None
+        if self._transport is not None:
             self._transport.close()
-            for transport, _, _ in self._mcast.values():
-                transport.close()
-            for transport in self._mcast_recv:
-                transport.close()
-            for conn in [*self._conns.values(), *self._spares]:
+        for transport, _, _ in self._mcast.values():
+            transport.close()
+        for transport in self._mcast_recv:
+            transport.close()
+        for conn in [*self._conns.values(), *self._spares]:
+            conn.quiet = True
+            if self.crashed and conn.transport is not None:
+                conn.transport.abort()
+            else:
                 conn.close()
-            if self._tcp_server is not None:
-                self._tcp_server.close()
-            if server is not None and ctl_path is not None:
-                server.close()
-                await server.wait_closed()
-                ctl_path.unlink(missing_ok=True)
+        self._pending.clear()
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+        if self._control_server is not None and self.cfg.control is not None:
+            self._control_server.close()
+            self.cfg.control.unlink(missing_ok=True)
+        if self._announced and not self.crashed:
             self._event("node_stopped", reason=self.stop_reason, runtime=dict(sorted(self.counters.items())),
                         protocol=self.core.snapshot() if self.core else None)
-            self._log.close()
-        return self.stop_reason
+        self._log.close()
 
     def _uses_tcp(self) -> bool:
         return bool(getattr(self.cfg.protocol, "uses_tcp", False) or getattr(self.cfg.protocol, "transport", "")
                     == "tcp")
 
     def _bind(self) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
-        sock.bind(parse_addr(self.cfg.listen))
+        with netns.entered(self.cfg.netns):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+            sock.bind(parse_addr(self.cfg.listen))
+        except OSError:
+            sock.close()
+            raise
         return sock
 
     def start_protocol(self) -> None:
-        if self.core is not None:
+        if self.core is not None or self._stopped.is_set():
+            return
+        if self.paused:                  # came due while paused: runs at resume, late
+            self._late_start = True
             return
         loop = asyncio.get_running_loop()
         self.core = registry.create(self.cfg, time.time())
         self._emit(self.core.startup)
         self._schedule()
         if self.cfg.duration_s is not None:
-            loop.call_later(self.cfg.duration_s, self.stop, "duration")
+            self._duration_handle = loop.call_later(self.cfg.duration_s, self.stop, "duration")
 
     def stop(self, reason: str) -> None:
         if not self._stopped.is_set():
             self.stop_reason = reason
             self._stopped.set()
+
+    # ---- faults of a packed member (a process of its own gets signals instead) --------------------------------
+
+    def _read_transports(self) -> list[asyncio.BaseTransport]:
+        conns = [c.transport for c in [*self._conns.values(), *self._spares] if c.transport is not None]
+        return [t for t in [self._transport, *self._mcast_recv, *conns] if t is not None and not t.is_closing()]
+
+    def pause(self) -> None:
+        """Like SIGSTOP: stop reading every socket (datagrams queue in the kernel's buffers, then drop) and let no
+        timer fire. Sending stops with it (nothing runs that would send). Idempotent."""
+        if self.paused or self._stopped.is_set():
+            return
+        self.paused = True
+        for transport in self._read_transports():
+            transport.pause_reading()  # type: ignore[attr-defined]
+
+    def resume(self) -> None:
+        """Like SIGCONT: read again (what queued meanwhile comes first) and fire the timers that came due, late:
+        the core's clocks skip the steps missed while paused, as after SIGSTOP."""
+        if not self.paused:
+            return
+        self.paused = False
+        if self._stopped.is_set():
+            return
+        for transport in self._read_transports():
+            transport.resume_reading()  # type: ignore[attr-defined]
+        if self._late_start:
+            self._late_start = False
+            self.start_protocol()
+        elif self.core is not None:
+            self._reschedule()
+
+    def crash(self) -> None:
+        """Like SIGKILL: the sockets close at once without a goodbye, the timers are gone, the member writes no
+        further event (what it had written is flushed, where a killed process loses its unflushed buffer)."""
+        if self._torn_down:
+            return
+        self.crashed = True
+        self.stop("crash")
+        self._teardown()
 
     async def _flush_periodically(self) -> None:
         while True:
@@ -286,6 +381,9 @@ class NodeRuntime:
 
     def _on_timer(self) -> None:
         assert self.core is not None
+        if self.paused:              # fires at resume, late (resume reschedules)
+            self._timer = None
+            return
         self._emit(self.core.tick(time.time()))
         self._schedule()
 
@@ -399,6 +497,9 @@ class NodeRuntime:
         sock.setsockopt(SOL_TCP, TCP_USER_TIMEOUT, int(t.user_timeout_s * 1000))
 
     def _tcp_send(self, dest: int, frame: bytes) -> None:
+        if self._torn_down:
+            self.counters["tcp_frames_dropped"] += 1
+            return
         conn = self._conns.get(dest)
         if conn is not None and conn.transport is not None:
             if conn.transport.is_closing():      # lost; the core hears `failed` from connection_lost
@@ -421,16 +522,34 @@ class NodeRuntime:
         loop = asyncio.get_running_loop()
         host, port = self.addr_of[dest]
         conn = _TcpConn(self, dest, True)
+
+        async def connect() -> None:
+            with netns.entered(self.cfg.netns):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, (host, port))
+                await loop.create_connection(lambda: conn, sock=sock)
+            except BaseException:
+                sock.close()
+                raise
+
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: conn, host, port),
-                                   timeout=self.cfg.tcp.connect_timeout_s)
+            await asyncio.wait_for(connect(), timeout=self.cfg.tcp.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
+            if self._torn_down:
+                return
             if dest in self._conns:              # the peer connected to us meanwhile: its connection serves
                 return
             queued = self._pending.pop(dest, [])
             self.counters["tcp_frames_dropped"] += len(queued)
             reason = "timeout" if isinstance(exc, asyncio.TimeoutError) else f"connect: {exc.strerror or exc}"
             self._connection_event(dest, "failed", reason)
+            return
+        if self._torn_down:                      # stopped or crashed while connecting
+            conn.quiet = True
+            if conn.transport is not None:
+                conn.transport.abort()
             return
         self._adopt(conn)
 
@@ -521,7 +640,7 @@ class NodeRuntime:
 
     def _connection_event(self, peer: int, event: str, reason: str) -> None:
         self.counters[f"tcp_{event}"] += 1
-        if self.core is None:
+        if self.core is None or self._torn_down:
             return
         now = time.time()
         try:
