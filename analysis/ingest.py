@@ -37,8 +37,6 @@ def scan_captures(files: DataFrame) -> DataFrame:
     """FILES → CAPTURES: per pcap, its link type, readable packets and bytes, time span and error (if any), from
     reading the records only (`ingest_packets` gets the same rows while it decodes)."""
     def scan_all(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-
         schema = arrow_schema(CAPTURES)
         for b in batches:
             rows = [scan(CaptureFile(**f)) for f in b.to_pylist()]
