@@ -27,7 +27,9 @@ def test_every_field_of_every_registered_layout_is_declared():
     for name in ("gsgc.seq", "gsgc.round", "gsgc.origin", "gsgc.payload", "gsgc.count", "gsgc.ranges", "gsgc.m",
                  "gsgc.nbits", "gsgc.M", "gsgc.S", "gsgc.W", "gsgc.n", "gsgc.L", "direct.seq", "direct.payload"):
         assert f'"gossip.{name}"' in lua
-    assert 'local PROTOCOLS = {[1] = "gsgc", [2] = "direct"}' in lua
+    from gossipnode import wire
+    table = ", ".join(f'[{c.id}] = "{c.name}"' for c in sorted(wire.CODECS.values(), key=lambda c: c.id))
+    assert f"local PROTOCOLS = {{{table}}}" in lua and '[1] = "gsgc", [2] = "direct"' in table
     assert '[2] = {[1] = "DATA"},' in lua and '[4] = "GOSSIP", [5] = "SC_GOSSIP"' in lua
     assert "udp_table:add(7000, p_gossip)" in lua and "udp_table:add(7001, p_gossip)" in lua
     assert "tcp_table:add(7000, p_gossip_tcp)" in lua and "dissect_tcp_pdus(tvb, tree, ENVELOPE" in lua
