@@ -89,6 +89,7 @@ def _in_a_terminal(argv: list[str], timeout_s: float = 1500) -> tuple[int, str]:
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.timeout(1800)   # a fresh Spark application: minutes on a loaded 2-core machine
 def test_orchestrator_analyze_shows_the_stages_on_a_terminal(run_dir, tmp_path):
     if shutil.which("java") is None:
         pytest.skip("[spark] needs java")
@@ -103,6 +104,7 @@ def test_orchestrator_analyze_shows_the_stages_on_a_terminal(run_dir, tmp_path):
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_quiet_shows_no_progress_on_a_terminal(run_dir):
     if shutil.which("java") is None:
         pytest.skip("[spark] needs java")
