@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from orchestrator import lab as labmod  # noqa: E402
-from orchestrator.backends.base import get_backend  # noqa: E402
+from orchestrator.backends.registry import get_backend  # noqa: E402
 from orchestrator.nodeconfig import node_configs  # noqa: E402
 
 

@@ -194,11 +194,3 @@ class Backend(ABC):
     def driver(self, ctx: RunContext) -> NodeDriver:
         return self.driver_class(self, ctx)
 
-
-def get_backend(name: str, **options) -> Backend:
-    """Transitional: `orchestrator.backends.registry.get_backend`, for callers outside orchestrator/ that still
-    import it from here (tests/integration/test_lab_delayline.py, benchmarks/bench_docker.py). Resolved at call
-    time by module name, so this module does not depend on the registry (which depends on it)."""
-    import importlib
-
-    return importlib.import_module("orchestrator.backends.registry").get_backend(name, **options)

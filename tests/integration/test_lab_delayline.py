@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.base import get_backend
+from orchestrator.backends.registry import get_backend
 from orchestrator.shaping.params import DirParams
 from orchestrator.state import load_state
 
