@@ -48,7 +48,10 @@ def load(run_dir: Path) -> tuple[dict[str, int], list[dict], dict[str, float]]:
     events = []
     for p in (run_dir / "events").glob("*.jsonl"):
         events += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-    crashed = {t: e["ts"] for e in events if e.get("event") == "action_applied" and e.get("op") == "crash"
+    # a crash starts at t0 + actual_s (the record's own ts is when the last target was killed, a second later
+    # with 36 targets on a loaded machine)
+    t0 = json.loads((run_dir / "manifest.json").read_text())["t0_unix"]
+    crashed = {t: t0 + e["actual_s"] for e in events if e.get("event") == "action_applied" and e.get("op") == "crash"
                for t in e["targets"]}
     return ids, events, crashed
 
