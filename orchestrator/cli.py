@@ -339,11 +339,14 @@ def analyze(
     run_dirs: List[Path] = typer.Argument(..., help="Run directories (several: also a comparison)."),
     master: str = typer.Option("local[*]", help="Spark master: local[*] or spark://host:port."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Where the comparison of several runs goes."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display (it is shown on a terminal)."),
 ) -> None:
-    """Analyse run directories with Spark: Parquet tables, GSGC metrics, report.md/report.html per run."""
+    """Analyse run directories with Spark: Parquet tables, the generic and the protocol's metrics,
+    report.md/report.html per run; progress per run and stage on a terminal."""
     from analysis.cli import main as analysis_main
 
     argv = [str(p) for p in run_dirs] + ["--master", master] + (["--out", str(out_dir)] if out_dir else [])
+    argv += ["--quiet"] if quiet else []
     rc = analysis_main(argv)
     if rc:
         raise typer.Exit(rc)

@@ -108,7 +108,8 @@ def test_orchestrator_analyze_shows_the_stages_on_a_terminal(run_dir, tmp_path):
 def test_quiet_shows_no_progress_on_a_terminal(run_dir):
     if shutil.which("java") is None:
         pytest.skip("[spark] needs java")
-    rc, out = _in_a_terminal([sys.executable, "-m", "analysis", str(run_dir), "--master", "local[2]", "--quiet"])
+    orch = Path(sys.executable).parent / "orchestrator"
+    rc, out = _in_a_terminal([str(orch), "analyze", str(run_dir), "--master", "local[2]", "--quiet"])
     assert rc == 0, out[-2000:]
     assert "spark tasks" not in out and ": decode pcaps" not in out and f"{run_dir.name}: done" not in out
     assert "report.html" in out
