@@ -26,8 +26,11 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet]
 GROUP = "multicast: {groups: [{name: data, address: 239.1.0.1, members: all}]}\n"
 
 
-def mrouted_pids() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "orchestrator.mcast.mrouted"], capture_output=True, text=True).stdout
+def mrouted_pids(lab: str | None = None) -> list[int]:
+    """The multicast daemons running — of lab `lab` only when given (its config lives in the lab's state
+    directory): other labs may come and go on a shared machine while a test runs."""
+    pattern = "orchestrator.mcast.mrouted" + (f" --config .*/{lab}/" if lab else "")
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
 
 
@@ -137,7 +140,6 @@ def test_bad_group_is_one_line_exit_2_and_builds_nothing(tmp_path, state_dir):
     f = tmp_path / "bad.yaml"
     f.write_text("topology: {kind: tree, nodes: 5, degree: 3}\nmulticast:\n  groups:\n"
                  "    - {name: data, address: 224.0.0.9, members: all}\n")
-    before = mrouted_pids()
     r = cli("up", str(f), "--name", lab)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
@@ -146,7 +148,7 @@ def test_bad_group_is_one_line_exit_2_and_builds_nothing(tmp_path, state_dir):
                  "    - {name: data, address: 239.0.0.9, members: [h1, h7]}\n")
     r = cli("up", str(f), "--name", lab)
     assert r.returncode == 2 and "multicast.groups[0].members: no node named 'h7'" in r.stderr
-    assert lab_namespaces(lab) == [] and mrouted_pids() == before and not (state_dir / lab).exists()
+    assert lab_namespaces(lab) == [] and mrouted_pids(lab) == [] and not (state_dir / lab).exists()
 
 
 def test_dead_daemon_is_reported_and_teardown_leaves_nothing(tmp_path, state_dir):
@@ -180,17 +182,16 @@ def test_interrupted_up_leaves_no_daemon(tmp_path, state_dir):
     lab = unique_lab("mi")
     f = tmp_path / "i.yaml"
     f.write_text("topology: {kind: tree, nodes: 300, degree: 4}\nlinks: {delay: 1ms}\n" + GROUP)
-    before = set(mrouted_pids())
     from .helpers import ORCH, REPO
 
     p = subprocess.Popen([*ORCH, "up", str(f), "--name", lab], cwd=REPO, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (set(mrouted_pids()) - before) and p.poll() is None:
+    while time.monotonic() < deadline and not mrouted_pids(lab) and p.poll() is None:
         time.sleep(0.01)
     p.send_signal(signal.SIGINT)
     p.communicate(timeout=120)
     if (state_dir / lab).exists():         # it had finished before the signal: tear it down as a user would
         assert cli("teardown", lab).returncode == 0
     assert lab_namespaces(lab) == []
-    assert set(mrouted_pids()) <= before
+    assert mrouted_pids(lab) == []

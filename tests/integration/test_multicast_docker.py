@@ -31,8 +31,11 @@ def node_image():
     return dk.node_image()
 
 
-def mrouted_pids() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "orchestrator.mcast.mrouted"], capture_output=True, text=True).stdout
+def mrouted_pids(lab: str | None = None) -> list[int]:
+    """The multicast daemons running — of lab `lab` only when given (its config lives in the lab's state
+    directory): other labs may come and go on a shared machine while a test runs."""
+    pattern = "orchestrator.mcast.mrouted" + (f" --config .*/{lab}/" if lab else "")
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
 
 
@@ -42,7 +45,6 @@ def test_group_on_docker_containers_and_router_namespaces(tmp_path, state_dir, n
     f.write_text("topology: {kind: tree, nodes: 14, degree: 3, members: {count: 6, seed: 4}}\n"
                  "links: {rate: 10mbit, delay: 1ms, queue: 1000}\n"
                  "multicast: {groups: [{name: data, address: 239.1.0.1, members: all}]}\n")
-    before = set(mrouted_pids())
     r = cli("up", str(f), "--name", lab, "--backend", "docker", timeout=600)
     try:
         assert r.returncode == 0, r.stderr[-3000:]
@@ -60,4 +62,4 @@ def test_group_on_docker_containers_and_router_namespaces(tmp_path, state_dir, n
         t = cli("teardown", lab, timeout=600)
     assert t.returncode == 0, t.stderr
     assert lab_namespaces(lab) == [] and dk.lab_containers(dk.client(), lab) == []
-    assert set(mrouted_pids()) <= before
+    assert mrouted_pids(lab) == []

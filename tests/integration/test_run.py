@@ -139,4 +139,5 @@ def test_ctrl_c_keeps_what_was_collected_and_tears_down(tmp_path, state_dir, exp
     for pcap in (run_dir / "pcaps").glob("*.pcap"):
         pcap_packets(pcap)                                  # complete files: dpkt reads them to the end
     assert lab_namespaces(name) == []
-    assert not subprocess.run(["pgrep", "-x", "tcpdump"], capture_output=True).stdout
+    # no capture of this run is left (other labs on a shared machine may be capturing meanwhile)
+    assert not subprocess.run(["pgrep", "-f", f"tcpdump .*{run_dir}/pcaps/"], capture_output=True).stdout
