@@ -79,5 +79,21 @@ def state_of(lab: str):
 
 
 def cli(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the orchestrator as a user would. If it overruns `timeout` or the test is interrupted (Ctrl-C), it is
+    stopped the way a user stops it — SIGTERM, so that a run tears its lab down — and killed only if that does
+    not end it within two minutes (subprocess.run's SIGKILL would leave the lab, its nodes and captures up)."""
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([*ORCH, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
+    argv = [*ORCH, *args]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                          env=env) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
