@@ -46,7 +46,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: setup
-	$(PY) -m pytest -m "not netem" $(PYTEST_ARGS) tests
+	$(PY) -m pytest -m "not netem" --durations=30 $(PYTEST_ARGS) tests
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
