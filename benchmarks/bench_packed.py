@@ -57,7 +57,7 @@ def write_configs(d: Path, n: int, step_s: float, data: bool) -> list[Path]:
             "protocol": {"name": "gsgc", "subgroup": min(4, n), "step_s": step_s, "fail_k": None},
             "senders": senders,
             "workload": {"rate_per_s": 5.0, "size_bytes": 200} if senders else None,
-            "seed": 7, "event_log": str(d / "events" / f"m{i}.jsonl"), "control": str(d / "ctl" / f"m{i}.sock")})
+            "seed": 7, "wait_for_start": True, "event_log": str(d / "events" / f"m{i}.jsonl"), "control": str(d / "ctl" / f"m{i}.sock")})
         path = d / f"m{i}.json"
         path.write_text(cfg.model_dump_json())
         paths.append(path)
@@ -77,19 +77,17 @@ def memory_kb(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def wait_started(ctl: list[Path], procs: list[subprocess.Popen], timeout: float = 300) -> None:
+def start_together(ctl: list[Path], procs: list[subprocess.Popen], timeout: float = 300) -> None:
+    """Wait for every member's control socket, then start them all 1 s from now (one first round for all)."""
     deadline = time.time() + timeout
-    pending = list(ctl)
-    while pending:
+    while not all(c.exists() for c in ctl):
         if time.time() > deadline or any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"members did not start ({len(pending)} of {len(ctl)} missing)")
-        try:
-            if pending[0].exists() and control.dump_state(pending[0], timeout=30)["started"]:
-                pending.pop(0)
-                continue
-        except control.ControlError:
-            pass
+            raise RuntimeError("members did not come up")
         time.sleep(0.1)
+    at = time.time() + 1.0 + len(ctl) * 0.005
+    for c in ctl:
+        control.start(c, at=at, timeout=60)
+    time.sleep(max(0.0, at - time.time()))
 
 
 def timing(d: Path, n: int) -> dict:
@@ -120,7 +118,7 @@ def run(n: int, packed: bool, step_s: float, settle_s: float, data: bool) -> dic
         procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in cmds]
         try:
             t0 = time.time()
-            wait_started([d / "ctl" / f"m{i}.sock" for i in range(n)], procs)
+            start_together([d / "ctl" / f"m{i}.sock" for i in range(n)], procs)
             start_s = time.time() - t0
             time.sleep(settle_s)
             mem = [memory_kb(p.pid) for p in procs]

@@ -189,6 +189,9 @@ class NodeRuntime:
         self.stop_reason = ""
         self.paused = False            # a packed member's pause: nothing read, no timer fires (like SIGSTOP)
         self._late_start = False       # a start that came due while paused
+        self._late_stop = False        # the end of duration_s, come while paused
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
         self.crashed = False           # a packed member's crash: sockets gone, no goodbye, no further event
         self._torn_down = False
         self._announced = False        # node_started was written (node_stopped is written only after it)
@@ -257,6 +260,7 @@ class NodeRuntime:
         if self._torn_down:
             return
         self._torn_down = True
+        self._unpaused.set()                       # wakes connects waiting for a resume: they see the teardown
         for handle in (self._timer, self._start_handle, self._duration_handle):
             if handle is not None:
                 handle.cancel()
@@ -310,7 +314,13 @@ class NodeRuntime:
         self._emit(self.core.startup)
         self._schedule()
         if self.cfg.duration_s is not None:
-            self._duration_handle = loop.call_later(self.cfg.duration_s, self.stop, "duration")
+            self._duration_handle = loop.call_later(self.cfg.duration_s, self._duration_over)
+
+    def _duration_over(self) -> None:
+        if self.paused:                  # as under SIGSTOP: noticed at resume
+            self._late_stop = True
+        else:
+            self.stop("duration")
 
     def stop(self, reason: str) -> None:
         if not self._stopped.is_set():
@@ -329,6 +339,7 @@ class NodeRuntime:
         if self.paused or self._stopped.is_set():
             return
         self.paused = True
+        self._unpaused.clear()
         for transport in self._read_transports():
             transport.pause_reading()  # type: ignore[attr-defined]
 
@@ -338,7 +349,11 @@ class NodeRuntime:
         if not self.paused:
             return
         self.paused = False
+        self._unpaused.set()
         if self._stopped.is_set():
+            return
+        if self._late_stop:
+            self.stop("duration")
             return
         for transport in self._read_transports():
             transport.resume_reading()  # type: ignore[attr-defined]
@@ -534,9 +549,19 @@ class NodeRuntime:
                 sock.close()
                 raise
 
+        error: OSError | asyncio.TimeoutError | None = None
         try:
             await asyncio.wait_for(connect(), timeout=self.cfg.tcp.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
+            error = exc
+        if self.paused:                          # a paused member hears of it at resume
+            if conn.transport is not None:
+                conn.transport.pause_reading()
+            await self._unpaused.wait()
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.transport.resume_reading()
+        if error is not None:
+            exc = error
             if self._torn_down:
                 return
             if dest in self._conns:              # the peer connected to us meanwhile: its connection serves

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from gossipnode import control, netns
+from gossipnode.config import NodeConfig
 from gossipnode.packed import CRASHED, FAILED, PackedHost, check_packable, read_manifest
 
 from .cluster import bind_loopback, events
@@ -63,7 +64,7 @@ def test_packed_cluster_completes_rounds_and_collects_garbage(tmp_path):
 
     reasons = asyncio.run(main())
     assert reasons == {cfg.name: "duration" for cfg in cfgs}
-    assert states[5]["node"] == "m5" and not states[5]["paused"] and states[5]["protocol"]["global"]["round"] >= 1
+    assert states[5]["node"] == "m5" and not states[5]["paused"] and states[5]["runtime"]["packets_in"] > 0
     for cfg in cfgs:
         log = events(cfg)
         k = kinds(log)
@@ -290,3 +291,47 @@ def test_members_of_one_process_open_their_sockets_in_their_own_namespaces(tmp_p
     finally:
         for name in ns:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_over_tcp_a_paused_member_reads_late_and_a_crashed_one_fails_its_connections(tmp_path):
+    """`direct` over TCP, packed: a paused member reads nothing while paused, then what its socket buffers held;
+    a crash closes its connections without a goodbye, and its peers hear `failed`."""
+    socks = bind_loopback(4)
+    ports = [s.getsockname()[1] for s in socks]
+    members = [{"id": i, "name": f"m{i}", "addr": f"127.0.0.1:{ports[i]}"} for i in range(4)]
+    (tmp_path / "ctl").mkdir()
+    cfgs = [NodeConfig.model_validate({
+        "name": f"m{i}", "id": i, "listen": members[i]["addr"], "members": members,
+        "protocol": {"name": "direct", "transport": "tcp"}, "senders": [0, 1], "seed": 3, "duration_s": 6.0,
+        "workload": {"rate_per_s": 20, "size_bytes": 40}, "event_log": str(tmp_path / f"m{i}.jsonl"),
+        "control": str(tmp_path / "ctl" / f"m{i}.sock")}) for i in range(4)]
+    host = PackedHost(cfgs, socks)
+    window = {}
+
+    async def main():
+        async def faults():
+            await asyncio.sleep(1.5)
+            await ask(cfgs[2], {"cmd": "pause", "duration_s": 1.5})
+            window["paused"] = time.time()
+            await ask(cfgs[3], {"cmd": "crash"})
+            window["crashed"] = time.time()
+            await asyncio.sleep(1.0)
+            window["resumed"] = time.time()        # resumes by itself 1.5 s after the pause: not yet
+            await ask(cfgs[3], {"cmd": "stop"})     # releases the crashed member (else it awaits a restart)
+        results = await asyncio.gather(host.run(), faults())
+        return results[0]
+
+    reasons = asyncio.run(main())
+    assert reasons == {"m0": "duration", "m1": "duration", "m2": "duration", "m3": "crash"}, reasons
+    t0, t1 = window["paused"], window["resumed"]
+    log2 = events(cfgs[2])
+    assert not [e for e in log2 if t0 < e["ts"] < t1], "a paused member handled something"
+    late = [e for e in log2 if e["event"] == "data_received" and e["ts"] > t1]
+    sent_during = {(int(e["node"][1:]), e["seq"]) for c in cfgs[:2] for e in events(c)
+                   if e["event"] == "data_sent" and t0 < e["ts"] < t1}
+    assert sent_during and sent_during <= {(e["origin"], e["seq"]) for e in late}   # queued, read at resume
+    assert not [e for e in events(cfgs[3]) if e["ts"] >= window["crashed"]]
+    assert events(cfgs[3])[-1]["event"] != "node_stopped"
+    for cfg in cfgs[:2]:
+        failed = [e for e in events(cfg) if e["event"] == "connection_failed" and e["peer"] == 3]
+        assert failed and failed[0]["ts"] >= t0 - 0.1, (cfg.name, failed)
