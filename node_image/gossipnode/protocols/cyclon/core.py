@@ -25,12 +25,12 @@ from gossipnode.clocks import StepClock
 from gossipnode.config import NodeConfig
 from gossipnode.protocols.base import BadMessage, Core, Output, seeded_rng
 
-from ..peerview.broadcast import BroadcastSlots
+from ..peerview.broadcast import BroadcastSlots, PeerBroadcaster
 from . import wire as cyclon_wire
 from .wire import entry, unpack
 
 
-class CyclonNode(Core):
+class CyclonNode(PeerBroadcaster, Core):
     name = "cyclon"
     W: ModuleType = cyclon_wire
 
@@ -181,38 +181,15 @@ class CyclonNode(Core):
         out.log(now, "data_sent", seq=seq, size=self.slots.size, fanout=len(targets), cycle=self.cycle)
 
     def _on_data(self, msg, now: float, out: Output) -> None:
-        key = (msg.origin, msg.seq)
-        if key in self.seen:
-            self.counters["data_duplicate"] += 1
-            out.log(now, "data_duplicate", origin=msg.origin, seq=msg.seq, sender=msg.sender)
+        if not self._first_receipt(msg, now, out):
             return
-        self.seen.add(key)
-        self.slot_seen.add(msg.seq)
-        self.counters["recv_data"] += 1
-        out.log(now, "data_received", origin=msg.origin, seq=msg.seq, sender=msg.sender, repair=False, via="udp",
-                hops=msg.hops + 1, cycle=self.cycle)
         fwd = self.W.Data(self.me, msg.origin, msg.seq, min(255, msg.hops + 1), msg.payload)
         self._send_data(out, now, self._targets((msg.sender, msg.origin)), fwd)
 
-    def set_workload(self, active: bool, now: float) -> Output:
-        out = Output()
-        event = self.slots.set_active(active, now)
-        if event is not None:
-            out.log(now, event)
-        return out
-
     # ---- dispatch -------------------------------------------------------------------------------------------------
 
-    def _check(self, msg) -> None:
-        if not 0 <= msg.sender < self.n or msg.sender == self.me:
-            raise BadMessage(f"sender {msg.sender} is not another member (n={self.n}, me={self.me})")
-        for field in ("new", "origin"):
-            v = getattr(msg, field, None)
-            if v is not None and not 0 <= v < self.n:
-                raise BadMessage(f"{field} {v} is not a member (n={self.n})")
-
     def receive(self, msg: Any, now: float, via: str = "udp") -> Output:
-        self._check(msg)
+        self._check_ids(msg)
         out = Output()
         kind, W = type(msg), self.W
         if kind is W.Data:

@@ -41,15 +41,16 @@ from gossipnode.clocks import StepClock
 from gossipnode.config import NodeConfig
 from gossipnode.protocols.base import BadMessage, Core, Output, seeded_rng
 
-from ..peerview.broadcast import BroadcastSlots
+from ..peerview.broadcast import BroadcastSlots, PeerBroadcaster
 from .wire import (MIN_DATA_SIZE, Data, Disconnect, ForwardJoin, Join, JoinReply, Neighbor, NeighborReply, Shuffle,
                    ShuffleReply)
 
 HIGH, LOW = 1, 0
 
 
-class HyParViewNode(Core):
+class HyParViewNode(PeerBroadcaster, Core):
     name = "hyparview"
+    DATA_VIA = "tcp"  # data floods over the active view's TCP connections
 
     def __init__(self, cfg: NodeConfig, now: float) -> None:
         p = cfg.protocol
@@ -272,35 +273,15 @@ class HyParViewNode(Core):
         out.log(now, "data_sent", seq=seq, size=self.slots.size, fanout=len(self.active), cycle=self.cycle)
 
     def _on_data(self, msg: Data, now: float, out: Output) -> None:
-        key = (msg.origin, msg.seq)
-        if key in self.seen:
-            self.counters["data_duplicate"] += 1
-            out.log(now, "data_duplicate", origin=msg.origin, seq=msg.seq, sender=msg.sender)
+        if not self._first_receipt(msg, now, out):
             return
-        self.seen.add(key)
-        self.slot_seen.add(msg.seq)
-        self.counters["recv_data"] += 1
-        out.log(now, "data_received", origin=msg.origin, seq=msg.seq, sender=msg.sender, repair=False, via="tcp",
-                hops=msg.hops + 1, cycle=self.cycle)
         fwd = Data(self.me, msg.origin, msg.seq, min(255, msg.hops + 1), msg.payload)
         out.stream.extend((q, fwd) for q in self.active if q != msg.sender and q != msg.origin)
-
-    def set_workload(self, active: bool, now: float) -> Output:
-        out = Output()
-        event = self.slots.set_active(active, now)
-        if event is not None:
-            out.log(now, event)
-        return out
 
     # ---- dispatch -----------------------------------------------------------------------------------------------
 
     def receive(self, msg: Any, now: float, via: str = "tcp") -> Output:
-        if not 0 <= msg.sender < self.n or msg.sender == self.me:
-            raise BadMessage(f"sender {msg.sender} is not another member (n={self.n}, me={self.me})")
-        for field in ("new", "origin"):
-            v = getattr(msg, field, None)
-            if v is not None and not 0 <= v < self.n:
-                raise BadMessage(f"{field} {v} is not a member (n={self.n})")
+        self._check_ids(msg)
         for q in getattr(msg, "ids", ()):
             if not 0 <= q < self.n:
                 raise BadMessage(f"id {q} is not a member (n={self.n})")

@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 
 from gossipnode.clocks import RateClock
+from gossipnode.protocols.base import BadMessage, Output
 
 
 @dataclass
@@ -87,3 +88,41 @@ class BroadcastSlots:
             self.clock.due = math.inf
             return "workload_stopped"
         return None
+
+
+class PeerBroadcaster:
+    """What HyParView, Cyclon and Scamp share as broadcast members: the member-id check of every message, the
+    first-receipt bookkeeping of a data message (duplicate suppression, counters, events) and the workload
+    switch. The core provides `me`, `n`, `seen`, `slot_seen`, `counters`, `cycle`, `slots` and `DATA_VIA` (the
+    transport its data travels on); it forwards a first receipt itself (flood or gossip)."""
+
+    DATA_VIA = "udp"
+
+    def _check_ids(self, msg) -> None:
+        if not 0 <= msg.sender < self.n or msg.sender == self.me:
+            raise BadMessage(f"sender {msg.sender} is not another member (n={self.n}, me={self.me})")
+        for field in ("new", "origin"):
+            v = getattr(msg, field, None)
+            if v is not None and not 0 <= v < self.n:
+                raise BadMessage(f"{field} {v} is not a member (n={self.n})")
+
+    def _first_receipt(self, msg, now: float, out) -> bool:
+        """Record a data message; False (a duplicate, counted and logged) if it was seen before."""
+        key = (msg.origin, msg.seq)
+        if key in self.seen:
+            self.counters["data_duplicate"] += 1
+            out.log(now, "data_duplicate", origin=msg.origin, seq=msg.seq, sender=msg.sender)
+            return False
+        self.seen.add(key)
+        self.slot_seen.add(msg.seq)
+        self.counters["recv_data"] += 1
+        out.log(now, "data_received", origin=msg.origin, seq=msg.seq, sender=msg.sender, repair=False,
+                via=self.DATA_VIA, hops=msg.hops + 1, cycle=self.cycle)
+        return True
+
+    def set_workload(self, active: bool, now: float) -> Output:
+        out = Output()
+        event = self.slots.set_active(active, now)
+        if event is not None:
+            out.log(now, event)
+        return out
