@@ -6,8 +6,9 @@ enters a member's namespace around the creation of each of its sockets and goes 
 
 Hand-written because nothing else does it here: `os.setns` only exists from Python 3.12 (the node image and the
 venv run 3.11), pyroute2's netns helpers fork a helper process per call (a socket made there would have to be
-passed back over a unix socket), and the node must not import the orchestrator (which has its own copy for the
-delay line, `orchestrator/shaping/nfqueue.py`'s `in_netns`). setns(2) through ctypes is ten lines.
+passed back over a unix socket), and the node must not import the orchestrator. The orchestrator uses this one
+(`orchestrator.shaping.nfqueue.in_netns` for the delay line and the multicast daemon,
+`orchestrator.backends.netns.in_netns` for the backends). setns(2) through ctypes is ten lines.
 """
 from __future__ import annotations
 

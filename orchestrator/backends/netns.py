@@ -7,11 +7,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pyroute2 import netns as pyr_netns
+from gossipnode.netns import entered
 
 from orchestrator.errors import BackendError
 
@@ -71,19 +70,9 @@ def disable_offloads(ns: str, ifnames: Iterable[str]) -> None:
             tool.close()
 
 
-@contextmanager
-def in_netns(ns: str):
-    """Move the calling thread (only it) into named namespace `ns`, and back. Thread-safe, unlike a shared
-    push/pop stack: the way back is this thread's own namespace."""
-    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        pyr_netns.setns(ns, flags=0)          # flags=0: never create a missing namespace
-        try:
-            yield
-        finally:
-            pyr_netns.setns(back, flags=0)
-    finally:
-        os.close(back)
+# Move the calling thread (only it) into named namespace `ns`, and back — thread-safe, never creating a missing
+# namespace: the node's `gossipnode.netns.entered` (setns(2) on this thread; the way back is its own namespace).
+in_netns = entered
 
 
 def parallel(fn, items: Iterable, workers: int = 4, on_done=None) -> None:

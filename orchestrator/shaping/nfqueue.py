@@ -8,13 +8,13 @@ namespace serving any number of that namespace's queues.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import socket
 import struct
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
+
+from gossipnode.netns import entered
 
 # --- constants (linux/netlink.h, linux/netfilter/nfnetlink*.h) -------------------------------------------------
 NETLINK_NETFILTER = 12
@@ -51,7 +51,6 @@ NFQA_CAP_LEN = 13
 NF_DROP = 0
 NF_ACCEPT = 1
 
-CLONE_NEWNET = 0x40000000
 
 _NLMSGHDR = struct.Struct("=IHHII")
 _NLATTR = struct.Struct("=HH")
@@ -60,37 +59,16 @@ _I32 = struct.Struct("=i")
 _U16BE = struct.Struct(">H")
 _U32BE = struct.Struct(">I")
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
 
 class NetlinkError(OSError):
     pass
 
 
 # --- namespaces -----------------------------------------------------------------------------------------------
-def setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"setns: {os.strerror(e)}")
-
-
-@contextmanager
-def in_netns(path: str) -> Iterator[None]:
-    """Run the body in the network namespace at `path` (e.g. /run/netns/NAME), then return to our own.
-    Sockets and /proc/thread-self/net files opened inside stay bound to that namespace."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            setns(target)
-        finally:
-            os.close(target)
-        try:
-            yield
-        finally:
-            setns(own)
-    finally:
-        os.close(own)
+# Entering a namespace on this thread and coming back is the node's `gossipnode.netns.entered` (setns(2) through
+# ctypes; it takes a path such as /run/netns/NAME): sockets and /proc/thread-self/net files opened inside stay
+# bound to that namespace.
+in_netns = entered
 
 
 def netns_key(path: str) -> tuple[int, int]:
