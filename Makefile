@@ -3,7 +3,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 APT_PKGS := mininet iproute2 iptables nftables ethtool iputils-ping tcpdump tshark iperf3 procps psmisc kmod \
-            docker.io debootstrap default-jre-headless
+            docker.io debootstrap default-jre-headless \
+            gcc libc6-dev python3-dev pkg-config libnetfilter-queue-dev
 PYTEST_ARGS ?=
 # The netem VM tool lives beside the repository (../shared); a clone elsewhere finds it at /work/shared or via
 # `make test-netem NETEM_VM=/path/to/run-in-netem-vm.sh`.
