@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv docker-engine image test test-unit test-netem demo bench clean-labs
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs
 setup: system venv docker-engine
 
 system:
@@ -39,7 +39,10 @@ docker-engine: system
 image: setup
 	$(VENV)/bin/orchestrator image build
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed engine
+# The compiled delay line engine (cffi; rebuilt only when orchestrator/shaping/delayline/_engine.[ch] is newer).
+engine: $(VENV)/.installed
+	$(PY) orchestrator/shaping/delayline/build_engine.py
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -17,9 +17,9 @@ Counters (see DELAYLINE.md) keep these invariants, which tests/unit/test_delayli
 """
 from __future__ import annotations
 
-import random
 from collections import deque
 
+from orchestrator.shaping.delayline.prng import Xoshiro
 from orchestrator.shaping.params import L2_OVERHEAD_BYTES, DirParams
 
 
@@ -53,8 +53,9 @@ def validate_params(p: DirParams) -> None:
 
 class LinkModel:
     """State and counters of one link direction. `seed`: None (system randomness) or a str/int making every
-    draw reproducible. `gen` changes whenever the direction's held packets are disposed of at once (cut,
-    flush): the caller's schedule entries of an older generation are stale."""
+    draw reproducible (prng.Xoshiro: the compiled engine draws the same sequence from the same seed). `gen`
+    changes whenever the direction's held packets are disposed of at once (cut, flush): the caller's schedule
+    entries of an older generation are stale."""
 
     __slots__ = ("params", "cut", "rng", "seed", "gen",
                  "sec_per_byte", "delay", "jitter", "normal", "loss", "ge", "ge_bad", "limit", "reorder",
@@ -89,7 +90,7 @@ class LinkModel:
         self.limit = int(p.queue_pkts) if p.queue_pkts else 0
         self.reorder = float(p.reorder)
         if self.rng is None and (self.loss or self.ge is not None or self.jitter or self.reorder):
-            self.rng = random.Random(self.seed) if self.seed is not None else random.Random()
+            self.rng = Xoshiro(self.seed)
 
     def set(self, p: DirParams) -> None:
         """The control `set`: as netem's tfifo, later packets may overtake ones scheduled under the old params."""
