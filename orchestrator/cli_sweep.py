@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 from rich.progress import TextColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from rich.console import Console
 
@@ -86,28 +86,63 @@ def sweep(
     engine: str = typer.Option("spark", help="Sweep analysis: spark (full per-run reports) or events (TPR and "
                                              "steps from the event logs, no Spark, seconds)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+    parallel: int = typer.Option(1, "--parallel", "-j", min=1,
+                                 help="Run up to K points at once (a lab per slot, own names and address pools); "
+                                      "refused (exit 2, naming the largest K that fits) when K points would "
+                                      "oversubscribe the machine's cores or memory."),
+    rerun_unfaithful: bool = typer.Option(False, "--rerun-unfaithful",
+                                          help="Run again the finished points flagged unfaithful by their judges."),
+    max_hold_p99_ms: float = typer.Option(1.0, "--max-hold-p99-ms",
+                                          help="Judge: a point whose delay line's hold error p99 exceeds this is "
+                                               "unfaithful."),
+    max_lag_p99_ms: float = typer.Option(50.0, "--max-lag-p99-ms",
+                                         help="Judge: a point whose timer lag p99 (members' common start, the "
+                                              "schedule's actions) exceeds this is unfaithful."),
 ) -> None:
     """Run every point of a sweep (the axes' cartesian product x repetitions), one run directory per point;
-    resumable: finished points are skipped. Prints the sweep directory."""
+    resumable: finished points are skipped. --parallel K runs K points at once when they fit the machine; every
+    point's fidelity judges (delay-line hold error, timer lag) are recorded, unfaithful points flagged
+    (docs/sweeps.md). Prints the sweep directory."""
     from orchestrator.sweeprun import SweepOptions, run_sweep
 
     if engine not in ("spark", "events"):
         raise SpecError(f"--engine {engine!r}: spark or events")
     opts = _sweep_options(SweepOptions, out_dir, only, axis, repetitions, backend, shaper, strict_shaping, analyze,
-                          master, engine=engine)
+                          master, engine=engine, parallel=parallel, rerun_unfaithful=rerun_unfaithful,
+                          max_hold_p99_ms=max_hold_p99_ms, max_lag_p99_ms=max_lag_p99_ms)
     t0 = time.monotonic()
     with PointsProgress() as progress:
         root, data = run_sweep(experiment, opts, parse_sets(set_), progress, progress.on_point)
     sel = data.get("selected") or []
     statuses = [data["points"][p].get("status") for p in sel]
     failed = [p for p, s in zip(sel, statuses) if s != "completed"]
-    err.print(f"sweep: {len(sel) - len(failed)}/{len(sel)} points completed in {time.monotonic() - t0:.1f} s")
+    err.print(points_table(data))
+    unfaithful = [p for p in sel if data["points"][p].get("unfaithful")]
+    err.print(f"sweep: {len(sel) - len(failed)}/{len(sel)} points completed in {time.monotonic() - t0:.1f} s"
+              + (f", {len(unfaithful)} unfaithful (--rerun-unfaithful runs them again)" if unfaithful else ""))
     if analyze:
         _analyze_sweep(root, master, engine)
     print(root)
     if failed:
         err.print(f"[red]not completed:[/] {', '.join(failed)}")
         raise typer.Exit(1)
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def points_table(data: dict) -> Table:
+    """The selected points: status and fidelity judges (hold error and timer lag p99, verdict)."""
+    table = Table(Column("point", no_wrap=True), "status", "hold p99 (ms)", "lag p99 (ms)", "fidelity",
+                  title="sweep points")
+    for pid in data.get("selected") or []:
+        e = data["points"].get(pid, {})
+        j = e.get("fidelity") or {}
+        verdict = j.get("verdict") or "-"
+        table.add_row(pid, e.get("status") or "-", _ms(j.get("hold_p99_ms")), _ms(j.get("lag_p99_ms")),
+                      f"[red]{verdict}[/]" if verdict == "unfaithful" else verdict)
+    return table
 
 
 def _analyze_sweep(root: Path, master: str, engine: str) -> None:

@@ -266,3 +266,113 @@ def probe(plan: NetworkPlan, shaper: str, popen, links: int = 4, paths: int = 2,
     if sample is not None:
         measure_rate(sample, plan, popen)
     return summary(probes, shaper, sample, parameters)
+
+
+# --- judges of a finished run: did the machine keep up? (`orchestrator sweep` records them per point) ----------
+
+MAX_HOLD_P99_MS = 1.0        # the delay line released packets late by more than this (p99): it fell behind
+MAX_LAG_P99_MS = 50.0        # members started late / the schedule's actions applied late by more than this (p99)
+
+
+def p99(values: list[float]) -> float | None:
+    """The 99th percentile by nearest rank (the largest value of fewer than 100)."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, -(-99 * len(s) // 100) - 1)]
+
+
+def _read_json(path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+START_SCAN_LINES = 200          # the start event is among a member's first lines (after node_started)
+
+
+def _protocol_start(events_file) -> float | None:
+    """When the member's protocol started: its `protocol_started` event, or an event of the protocol's start
+    (`via: start`, GSGC's round 0). None when the log has neither among its first lines."""
+    try:
+        with events_file.open() as f:
+            for i, line in enumerate(f):
+                if i >= START_SCAN_LINES:
+                    return None
+                if '"protocol_started"' in line or '"start"' in line:
+                    try:
+                        ev = json.loads(line)
+                    except ValueError:
+                        continue
+                    if ev.get("event") == "protocol_started" or ev.get("via") == "start":
+                        return float(ev["ts"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms: float = MAX_LAG_P99_MS) -> dict:
+    """The fidelity judges of a finished run directory (files only, no network):
+
+    - `hold_p99_ms`: the delay line's hold error p99 (actual minus scheduled release; `tc/delayline.json`, the
+      daemon's statistics at the end of the run); None when the run used no delay line (netem, tbf);
+    - `start_lag_p99_ms`: the members' timer lag at the common start (the protocol's start event, see
+      `_protocol_start`, minus the manifest's t0_unix, over the members that waited for it: each member's start
+      timer fired that late); None for protocols that log no start event;
+    - `schedule_lag_p99_ms`: the schedule's actions, applied minus planned (`events/orchestrator.jsonl`; the
+      manifest's `schedule.lag_ms_max` when the log is missing);
+    - `lag_p99_ms`: the larger of the two lags.
+
+    `verdict` is `unfaithful` when a judge exceeds its threshold (`reasons` says which), `faithful` when at least
+    one judge was measured and none exceeds, `unjudged` when nothing could be measured."""
+    from pathlib import Path
+
+    d = Path(run_dir)
+    out: dict = {"hold_p99_ms": None, "start_lag_p99_ms": None, "schedule_lag_p99_ms": None, "lag_p99_ms": None,
+                 "thresholds": {"hold_p99_ms": max_hold_p99_ms, "lag_p99_ms": max_lag_p99_ms}}
+    dl = _read_json(d / "tc" / "delayline.json") or {}
+    hold = (dl.get("hold_error") or {}).get("p99_s")
+    if isinstance(hold, (int, float)) and (dl.get("hold_error") or {}).get("count"):
+        out["hold_p99_ms"] = hold * 1000
+    manifest = _read_json(d / "manifest.json") or {}
+    t0 = manifest.get("t0_unix")
+    if isinstance(t0, (int, float)) and (d / "configs").is_dir():
+        lags = []
+        for cfg_file in sorted((d / "configs").glob("*.json")):
+            cfg = _read_json(cfg_file) or {}
+            if not cfg.get("wait_for_start"):
+                continue                        # a joiner (started by the schedule) or a run without a common start
+            ts = _protocol_start(d / "events" / f"{cfg.get('name', cfg_file.stem)}.jsonl")
+            if ts is not None:
+                lags.append(max(0.0, ts - t0) * 1000)
+        out["start_lag_p99_ms"] = p99(lags)
+    sched = []
+    try:
+        with (d / "events" / "orchestrator.jsonl").open() as f:
+            for line in f:
+                if '"action_applied"' in line:
+                    try:
+                        sched.append(float(json.loads(line)["lag_ms"]))
+                    except (ValueError, KeyError, TypeError):
+                        pass
+    except OSError:
+        pass
+    if sched:
+        out["schedule_lag_p99_ms"] = p99(sched)
+    elif isinstance((manifest.get("schedule") or {}).get("lag_ms_max"), (int, float)):
+        out["schedule_lag_p99_ms"] = manifest["schedule"]["lag_ms_max"]
+    lags = [v for v in (out["start_lag_p99_ms"], out["schedule_lag_p99_ms"]) if v is not None]
+    out["lag_p99_ms"] = max(lags) if lags else None
+    reasons = []
+    if out["hold_p99_ms"] is not None and out["hold_p99_ms"] > max_hold_p99_ms:
+        reasons.append(f"delay line hold error p99 {out['hold_p99_ms']:.2f} ms > {max_hold_p99_ms:g} ms")
+    if out["lag_p99_ms"] is not None and out["lag_p99_ms"] > max_lag_p99_ms:
+        reasons.append(f"timer lag p99 {out['lag_p99_ms']:.1f} ms > {max_lag_p99_ms:g} ms")
+    out["reasons"] = reasons
+    out["verdict"] = ("unfaithful" if reasons else
+                      "faithful" if out["hold_p99_ms"] is not None or out["lag_p99_ms"] is not None else "unjudged")
+    cpu, up = dl.get("cpu_s"), dl.get("uptime_s")
+    out["delayline_cores"] = cpu / up if isinstance(cpu, (int, float)) and isinstance(up, (int, float)) and up > 0 \
+        else None
+    return out

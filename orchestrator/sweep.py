@@ -259,3 +259,143 @@ def eta(elapsed: list[float], remaining: int, first_guess: float | None = None) 
     if elapsed:
         return sum(elapsed) / len(elapsed) * remaining
     return first_guess * remaining if first_guess is not None else None
+
+
+# --- parallel points: slots, and whether K points fit on this machine -------------------------------------------
+
+def slot_name(base: str, slot: int) -> str:
+    """The lab name of a parallel slot: the base name (cut to fit the 16-character lab names) plus `-k<slot>`."""
+    suffix = f"-k{slot}"
+    head = base[:16 - len(suffix)].rstrip("-") or "sweep"
+    return head + suffix
+
+
+def slot_addressing(nodes: str, links: str, slot: int, slots: int) -> tuple[str, str]:
+    """The node and link address pools of `slot` out of `slots`: the experiment's pools moved up by `slot` times
+    the larger pool's size, so no two slots' pools (nodes or links) overlap. SpecError if they cannot be made
+    disjoint or leave the IPv4 space."""
+    import ipaddress
+
+    pools = [ipaddress.IPv4Network(nodes), ipaddress.IPv4Network(links)]
+    stride = max(p.num_addresses for p in pools)
+    out: list[list[ipaddress.IPv4Network]] = []
+    for s in range(slots):
+        moved = []
+        for p in pools:
+            first = int(p.network_address) + s * stride
+            if first + p.num_addresses > 2 ** 32:
+                raise SpecError(f"--parallel {slots}: the address pools ({nodes}, {links}) do not fit {slots} "
+                                "times in IPv4; choose smaller `addressing:` pools")
+            moved.append(ipaddress.IPv4Network((first, p.prefixlen)))
+        out.append(moved)
+    every = [(s, p) for s, ps in enumerate(out) for p in ps]
+    for i, (s, p) in enumerate(every):
+        for t, q in every[i + 1:]:
+            if s != t and p.overlaps(q):
+                raise SpecError(f"--parallel {slots}: slot {s}'s pool {p} overlaps slot {t}'s {q} (addressing "
+                                f"nodes {nodes}, links {links}); choose pools further apart")
+    return str(out[slot][0]), str(out[slot][1])
+
+
+DEFAULT_NODES_POOL = "10.0.0.0/16"      # orchestrator.models.Addressing's defaults
+DEFAULT_LINKS_POOL = "10.128.0.0/15"
+
+
+def slot_experiment(doc: dict, slot: int, slots: int, base_name: str) -> dict:
+    """A point's experiment as parallel slot `slot` runs it: its own lab name and its own address pools (what the
+    point measures is unchanged; its digest is taken before this)."""
+    addressing = doc.get("addressing") or {}
+    nodes, links = slot_addressing(addressing.get("nodes", DEFAULT_NODES_POOL),
+                                   addressing.get("links", DEFAULT_LINKS_POOL), slot, slots)
+    out = set_path(doc, "name", slot_name(doc.get("name") or base_name, slot))
+    out = set_path(out, "addressing.nodes", nodes)
+    return set_path(out, "addressing.links", links)
+
+
+MEMBER_MEM_BYTES = 40 * 2 ** 20         # a member process (README: ~35 MB RSS), rounded up
+PACKED_MEMBER_MEM_BYTES = 3 * 2 ** 20   # a member packed with others (issue #21's target)
+LAB_MEM_BYTES = 150 * 2 ** 20           # the point's orchestrator, delay line and multicast daemons
+MEMBER_CPU = 0.02                       # cores a member process uses at the sweeps' rates (gossip, timers)
+LAB_CPU = 0.1                           # the point's orchestrator (schedule, health checks) and idle daemons
+DELAYLINE_S_PER_HOP = 56e-6             # CPU seconds per packet-hop of the delay line (README)
+CPU_HEADROOM = 0.8                      # at most this share of the cores is planned, the rest keeps timers on time
+MEM_HEADROOM = 0.8                      # and of MemAvailable
+
+
+@dataclass(frozen=True)
+class PointNeed:
+    members: int
+    processes: int
+    cpu_cores: float
+    mem_bytes: int
+    delayline_cores: float | None = None    # known (measured or from a packet rate) or None
+
+    def describe(self) -> str:
+        dl = f", delay line {self.delayline_cores:.2f}" if self.delayline_cores is not None else ""
+        return (f"{self.members} members in {self.processes} processes: {self.cpu_cores:.2f} cores{dl}, "
+                f"{self.mem_bytes / 2 ** 20:.0f} MiB")
+
+
+def member_count(doc: dict) -> int:
+    topo = doc.get("topology") or {}
+    members = topo.get("members", "all")
+    if isinstance(members, dict):
+        return int(members.get("count", 0))
+    return int(topo.get("nodes", 0))
+
+
+def point_need(doc: dict, pkt_hops_per_s: float | None = None, delayline_cores: float | None = None) -> PointNeed:
+    """What one point's lab needs while it runs: a process per member (or per `nodes.packing` members), ~40 MB
+    per member process, a little CPU per member, and the delay line's CPU when its load is known — measured
+    (`delayline_cores`, from a finished point's tc/delayline.json) or from a packet rate (packet-hops/s times the
+    delay line's cost per packet-hop)."""
+    members = member_count(doc)
+    packing = get_path(doc, "nodes.packing", "process")
+    per = packing if isinstance(packing, int) and not isinstance(packing, bool) and packing > 1 else 1
+    processes = -(-members // per)
+    mem = LAB_MEM_BYTES + (processes * MEMBER_MEM_BYTES if per == 1
+                           else processes * MEMBER_MEM_BYTES // 2 + members * PACKED_MEMBER_MEM_BYTES)
+    dl = delayline_cores
+    if dl is None and pkt_hops_per_s is not None:
+        dl = pkt_hops_per_s * DELAYLINE_S_PER_HOP
+    cpu = LAB_CPU + members * MEMBER_CPU + (dl or 0.0)
+    return PointNeed(members, processes, cpu, mem, dl)
+
+
+@dataclass(frozen=True)
+class Fit:
+    ok: bool
+    k: int                      # asked for
+    max_k: int                  # the largest K that fits (at least 1: one point at a time is always allowed)
+    cpu_need: float             # the K largest points together
+    mem_need: int
+    cpu_budget: float
+    mem_budget: int
+
+    def message(self) -> str:
+        if self.ok:
+            return (f"--parallel {self.k}: {self.cpu_need:.2f} of {self.cpu_budget:.2f} planned cores, "
+                    f"{self.mem_need / 2 ** 20:.0f} of {self.mem_budget / 2 ** 20:.0f} MiB")
+        return (f"--parallel {self.k} would oversubscribe this machine: {self.k} points at once need "
+                f"{self.cpu_need:.2f} cores and {self.mem_need / 2 ** 20:.0f} MiB, and the emulation stays "
+                f"faithful within {self.cpu_budget:.2f} cores ({CPU_HEADROOM:.0%} of the cores) and "
+                f"{self.mem_budget / 2 ** 20:.0f} MiB ({MEM_HEADROOM:.0%} of MemAvailable); the largest K that "
+                f"fits is {self.max_k}")
+
+
+def fit(needs: list[PointNeed], k: int, cores: int, mem_available: int) -> Fit:
+    """Do `k` of these points fit at once? The worst case is the `k` largest together (by CPU, then memory);
+    `max_k` is the largest count whose largest points fit (at least 1, and at most the number of points)."""
+    cpu_budget = cores * CPU_HEADROOM
+    mem_budget = int(mem_available * MEM_HEADROOM)
+    by_cpu = sorted((n.cpu_cores for n in needs), reverse=True)
+    by_mem = sorted((n.mem_bytes for n in needs), reverse=True)
+
+    def fits(j: int) -> bool:
+        return sum(by_cpu[:j]) <= cpu_budget and sum(by_mem[:j]) <= mem_budget
+
+    max_k = 1
+    while max_k < len(needs) and fits(max_k + 1):
+        max_k += 1
+    kk = min(k, len(needs)) if needs else k
+    return Fit(k <= 1 or fits(kk), k, max_k, sum(by_cpu[:kk]), sum(by_mem[:kk]), cpu_budget, mem_budget)

@@ -6,17 +6,29 @@ Sweep directory:
                                   status, run directory and time; rewritten after every change
     points/<point id>/experiment.yaml          the point's experiment (plain YAML, no templating left)
     points/<point id>/<lab>-<UTC time>/        the run directory (`orchestrator run`'s)
+    points/<point id>/experiment.k<slot>.yaml  --parallel: the experiment as its slot ran it (the slot's lab name
+                                               and address pools), job-<n>.json, result-<n>.json, log-<n>.txt
     analysis/                     the sweep analysis (analysis.sweep)
 
 A point is finished when sweep.json records it `completed`, with the same experiment digest, and its run
 directory's manifest says `completed`; a re-run of the same command skips finished points and runs the others
 (a point interrupted half-way is run again in a new run directory; the old one is left for inspection).
+
+`--parallel K` runs up to K points at once, each in a child process (`python -m orchestrator.sweeprun JOB`) with
+its slot's lab name and address pools (`sweep.slot_experiment`); the parent alone writes sweep.json. Before it
+starts, the points' needs are checked against the machine (`sweep.fit`): K points that would not fit are refused.
+Every finished run is judged (`fidelity.run_judges`: the delay line's hold error, the members' and the schedule's
+timer lag); a point whose judges exceed their thresholds is flagged `unfaithful` and `--rerun-unfaithful` runs it
+again. docs/sweeps.md.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,6 +37,7 @@ from typing import Any, Callable
 
 import yaml
 
+from orchestrator import fidelity as fid
 from orchestrator import sweep as sw
 from orchestrator.backends.base import NullProgress, Progress
 from orchestrator.errors import OrchestratorError, SpecError
@@ -51,6 +64,11 @@ class SweepOptions:
     probe_links: int = 1                       # a lighter fidelity probe per point than `run`'s
     probe_paths: int = 1
     retries: int = 2                           # runs again a point whose run is invalid (`run_problem`)
+    parallel: int = 1                          # points at once (child processes, one lab per slot)
+    rerun_unfaithful: bool = False             # run again the points whose fidelity judges failed
+    max_hold_p99_ms: float = fid.MAX_HOLD_P99_MS
+    max_lag_p99_ms: float = fid.MAX_LAG_P99_MS
+    stop_timeout_s: float = 300.0              # --parallel, Ctrl-C: how long a child may take to stop and tear down
 
 
 PointCallback = Callable[[int, int, "float | None", str, str], None]   # done, total, eta_s, point id, status
@@ -133,10 +151,50 @@ def run_problem(run_dir: Path) -> str | None:
     return None
 
 
-def is_finished(entry: dict, root: Path, digest: str) -> bool:
+def is_finished(entry: dict, root: Path, digest: str, rerun_unfaithful: bool = False) -> bool:
     rd = entry.get("run_dir")
     return (entry.get("status") == FINISHED and entry.get("digest") == digest and rd is not None
+            and not (rerun_unfaithful and entry.get("unfaithful"))
             and _manifest_status(root / rd) == FINISHED and run_problem(root / rd) is None)
+
+
+def judge(entry: dict, run_dir: Path, opts: SweepOptions) -> None:
+    """Record a finished run's fidelity judges in its sweep.json entry (`fidelity`, `unfaithful`)."""
+    j = fid.run_judges(run_dir, opts.max_hold_p99_ms, opts.max_lag_p99_ms)
+    entry["fidelity"] = j
+    entry["unfaithful"] = j["verdict"] == "unfaithful"
+
+
+def machine() -> tuple[int, int]:
+    """(usable cores, MemAvailable bytes) of this machine."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    mem = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return cores, mem
+
+
+def check_fit(prepared: dict[str, tuple[dict, str]], todo: list[sw.Point], k: int, old_points: dict) -> sw.Fit:
+    """Refuse (SpecError, exit 2) K points at once that would not fit this machine. The delay line's load is taken
+    from the points of this sweep that ran before (their tc/delayline.json), when there are any."""
+    measured = [e["fidelity"]["delayline_cores"] for e in old_points.values()
+                if isinstance(e.get("fidelity"), dict) and e["fidelity"].get("delayline_cores") is not None]
+    dl = max(measured) if measured else None
+    needs = [sw.point_need(prepared[p.id][0], delayline_cores=dl) for p in todo]
+    cores, mem = machine()
+    f = sw.fit(needs, k, cores, mem)
+    if not f.ok:
+        worst = max(needs, key=lambda n: n.cpu_cores)
+        raise SpecError(f"{f.message()} (the largest point: {worst.describe()}; this machine: {cores} cores, "
+                        f"{mem / 2 ** 30:.1f} GiB available)")
+    return f
 
 
 def _prepare(base: dict, points: list[sw.Point], root: Path, where: str) -> dict[str, tuple[dict, str]]:
@@ -164,23 +222,62 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
                progress: Progress | None = None, on_point: PointCallback | None = None,
                where: str = "sweep") -> dict:
     """Run the unfinished points; returns the index data. Ctrl-C/SIGTERM: the current run is stopped and
-    collected by the runner, the point is marked interrupted, and KeyboardInterrupt propagates."""
-    from orchestrator.runner import RunOptions, run as run_experiment
-
+    collected by the runner, the point is marked interrupted, and KeyboardInterrupt propagates. With
+    `opts.parallel` > 1 the points run in child processes, up to that many at once (`_run_parallel`)."""
     progress = progress or NullProgress()
     prepared = _prepare(base, points, root, where)
+    old = json.loads((root / INDEX).read_text()).get("points", {}) if (root / INDEX).exists() else {}
+    todo = [p for p in points
+            if not is_finished(old.get(p.id, {}), root, prepared[p.id][1], opts.rerun_unfaithful)]
+    if opts.parallel < 1:
+        raise SpecError("--parallel must be at least 1")
+    fits = check_fit(prepared, todo, opts.parallel, old) if opts.parallel > 1 and todo else None
     root.mkdir(parents=True, exist_ok=True)
     index = _Index(root / INDEX, header)
-    todo = [p for p in points if not is_finished(index.data["points"].get(p.id, {}), root, prepared[p.id][1])]
     skipped = len(points) - len(todo)
-    done, elapsed = skipped, []
     guess = None
     try:
         guess = parse_time(base.get("duration", "60s")) * 1.5 + 30
     except ValueError:
         pass
     if on_point:
-        on_point(done, len(points), sw.eta([], len(todo), guess), "", f"{skipped} finished before, skipped")
+        on_point(skipped, len(points), sw.eta([], len(todo), guess), "", f"{skipped} finished before, skipped")
+        if fits is not None:
+            on_point(skipped, len(points), sw.eta([], len(todo), guess), "", fits.message())
+    if opts.parallel > 1:
+        _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, skipped, len(points), where)
+    else:
+        _run_sequential(todo, prepared, root, index, opts, progress, on_point, skipped, len(points))
+    return index.data
+
+
+def _begin(entry: dict, p: sw.Point, digest: str, attempt: int) -> None:
+    entry.update(id=p.id, group=p.group, coords=dict(p.coords), rep=p.rep, sets=[[k, v] for k, v in p.sets],
+                 digest=digest, status="running", started_at=time.time(), run_dir=None, error=None,
+                 attempt=attempt, fidelity=None, unfaithful=None, slot=None, lab=None)
+
+
+def _finish(entry: dict, run_dir: Path, root: Path, opts: SweepOptions, progress: Progress, pid: str,
+            attempt: int) -> None:
+    """A run returned: its status from the manifest, then whether it measured anything (`run_problem`: invalid)
+    and, when it did, its fidelity judges."""
+    entry["run_dir"] = str(run_dir.resolve().relative_to(root.resolve()))
+    entry["status"] = _manifest_status(run_dir) or "unknown"
+    problem = run_problem(run_dir) if entry["status"] == FINISHED else None
+    if problem:                     # the run did not measure the protocol: run it again
+        entry["status"], entry["error"] = "invalid", problem
+        progress.note(f"point {pid}: run invalid ({problem}); "
+                      f"{'running it again' if attempt < opts.retries else 'giving up'}")
+    elif entry["status"] == FINISHED:
+        judge(entry, run_dir, opts)
+        if entry["unfaithful"]:
+            progress.note(f"WARNING point {pid}: unfaithful ({'; '.join(entry['fidelity']['reasons'])})")
+
+
+def _run_sequential(todo, prepared, root, index, opts, progress, on_point, done, total) -> None:
+    from orchestrator.runner import RunOptions, run as run_experiment
+
+    elapsed: list[float] = []
     restore = _interrupts_as_keyboardinterrupt()
     try:
         for p in todo:
@@ -192,22 +289,14 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
             entry = index.point(p.id)
             t0 = time.monotonic()
             for attempt in range(1 + opts.retries):
-                entry.update(id=p.id, group=p.group, coords=dict(p.coords), rep=p.rep,
-                             sets=[[k, v] for k, v in p.sets], digest=digest, status="running",
-                             started_at=time.time(), run_dir=None, error=None, attempt=attempt)
+                _begin(entry, p, digest, attempt)
                 index.save()
                 before = set(pdir.iterdir())
                 try:
                     run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
                                                                   strict=opts.strict, probe_links=opts.probe_links,
                                                                   probe_paths=opts.probe_paths), progress)
-                    entry["run_dir"] = str(run_dir.relative_to(root.resolve()))
-                    entry["status"] = _manifest_status(run_dir) or "unknown"
-                    problem = run_problem(run_dir) if entry["status"] == FINISHED else None
-                    if problem:                     # the run did not measure the protocol: run it again
-                        entry["status"], entry["error"] = "invalid", problem
-                        progress.note(f"point {p.id}: run invalid ({problem}); "
-                                      f"{'running it again' if attempt < opts.retries else 'giving up'}")
+                    _finish(entry, run_dir, root, opts, progress, p.id, attempt)
                 except KeyboardInterrupt:
                     entry["status"] = "interrupted"
                     _leave_nothing(doc)
@@ -229,22 +318,220 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
             elapsed.append(entry["elapsed_s"])
             done += 1
             if on_point:
-                on_point(done, len(points), sw.eta(elapsed, len(points) - done), p.id, entry["status"])
+                on_point(done, total, sw.eta(elapsed, total - done), p.id, entry["status"])
     finally:
         restore()
-    return index.data
+
+
+# --- --parallel: one child process per running point --------------------------------------------------------------
+
+@dataclass
+class Child:
+    """A point running in a child process (`launch_child`), or a stand-in for one in the tests."""
+    point: sw.Point
+    slot: int
+    attempt: int
+    doc: dict                       # the experiment as the slot runs it (its lab name: what to tear down)
+    result_file: Path
+    proc: Any                       # .poll() -> exit code | None, .send_signal(sig), .kill(), .wait(timeout)
+    started: float = field(default_factory=time.monotonic)
+
+
+def launch_child(job: dict, job_file: Path, log_file: Path) -> Any:
+    """Start `python -m orchestrator.sweeprun JOB` in its own session (a terminal's Ctrl-C reaches the parent
+    only; the parent stops every child with one SIGINT of its own, so a child's cleanup is never cut short)."""
+    job_file.write_text(json.dumps(job, indent=1))
+    with log_file.open("w") as log:
+        return subprocess.Popen([sys.executable, "-m", "orchestrator.sweeprun", str(job_file)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+Launcher = Callable[[dict, Path, Path], Any]
+
+
+def _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, done, total, where,
+                  launch: Launcher | None = None) -> None:
+    launch = launch or launch_child
+    k = opts.parallel
+    base_name = base.get("name") or Path(str(where)).stem.split(".")[0] or "sweep"
+    free = list(range(k))
+    queue = [(p, 0) for p in todo]
+    running: dict[int, Child] = {}
+    elapsed: list[float] = []
+    first_start: dict[str, float] = {}
+    restore = _interrupts_as_keyboardinterrupt()
+    try:
+        while queue or running:
+            while queue and free:
+                p, attempt = queue.pop(0)
+                slot = free.pop(0)
+                running[slot] = _start_child(p, attempt, slot, prepared, root, index, opts, base_name, launch)
+                first_start.setdefault(p.id, running[slot].started)
+                progress.note(f"point {p.id}: started in slot {slot} (lab {running[slot].doc['name']})")
+            time.sleep(0.2)
+            for slot, ch in list(running.items()):
+                code = ch.proc.poll()
+                if code is None:
+                    continue
+                del running[slot]
+                free.append(slot)
+                free.sort()
+                entry = index.point(ch.point.id)
+                _collect_child(ch, code, entry, root, opts, progress)
+                entry["elapsed_s"] = time.monotonic() - first_start[ch.point.id]
+                entry["ended_at"] = time.time()
+                index.save()
+                if entry["status"] == "invalid" and ch.attempt < opts.retries:
+                    queue.insert(0, (ch.point, ch.attempt + 1))
+                    continue
+                elapsed.append(entry["elapsed_s"])
+                done += 1
+                if on_point:
+                    left = total - done
+                    est = sw.eta(elapsed, left)
+                    on_point(done, total, est / k if est else est, ch.point.id, entry["status"])
+    except KeyboardInterrupt:
+        _stop_children(running, index, opts, progress)
+        raise
+    finally:
+        restore()
+
+
+def _start_child(p: sw.Point, attempt: int, slot: int, prepared, root: Path, index, opts: SweepOptions,
+                 base_name: str, launch: Launcher) -> Child:
+    doc, digest = prepared[p.id]
+    pdir = root / "points" / p.id
+    pdir.mkdir(parents=True, exist_ok=True)
+    (pdir / "experiment.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    run_doc = sw.slot_experiment(doc, slot, opts.parallel, base_name)
+    exp_file = pdir / f"experiment.k{slot}.yaml"
+    exp_file.write_text(yaml.safe_dump(run_doc, sort_keys=False))
+    entry = index.point(p.id)
+    _begin(entry, p, digest, attempt)
+    entry["slot"], entry["lab"] = slot, run_doc["name"]
+    index.save()
+    result = pdir / f"result-{attempt}.json"
+    result.unlink(missing_ok=True)
+    job = {"experiment": str(exp_file), "out": str(pdir), "result": str(result), "backend": opts.backend,
+           "shaper": opts.shaper, "strict": opts.strict, "probe_links": opts.probe_links,
+           "probe_paths": opts.probe_paths}
+    proc = launch(job, pdir / f"job-{attempt}.json", pdir / f"log-{attempt}.txt")
+    return Child(p, slot, attempt, run_doc, result, proc)
+
+
+def _collect_child(ch: Child, code: int, entry: dict, root: Path, opts: SweepOptions, progress: Progress) -> None:
+    """A child exited: its result file says how its run went (the parent judges the run directory itself)."""
+    try:
+        res = json.loads(ch.result_file.read_text())
+    except (OSError, ValueError):
+        res = {}
+    run_dir = res.get("run_dir")
+    outcome = res.get("outcome")
+    if outcome == "returned" and run_dir:
+        _finish(entry, Path(run_dir), root, opts, progress, ch.point.id, ch.attempt)
+        return
+    if run_dir:
+        entry["run_dir"] = str(Path(run_dir).resolve().relative_to(root.resolve()))
+    if outcome == "interrupted":
+        entry["status"] = "interrupted"
+    else:
+        entry["status"] = "failed"
+        entry["error"] = res.get("error") or (f"the point's process exited with code {code} "
+                                               f"(points/{ch.point.id}/log-{ch.attempt}.txt)")
+        progress.note(f"point {ch.point.id} failed: {entry['error']}")
+    _leave_nothing(ch.doc)
+
+
+def _stop_children(running: dict[int, Child], index, opts: SweepOptions, progress: Progress) -> None:
+    """Ctrl-C/SIGTERM of the parent: one SIGINT to every child (its runner stops, collects and tears its lab
+    down), wait for all of them, kill a child that overruns `stop_timeout_s`, then make sure no slot's lab is
+    left. Further signals meanwhile are ignored (the cleanup must finish)."""
+    with _signals_ignored():
+        for ch in running.values():
+            try:
+                ch.proc.send_signal(signal.SIGINT)
+            except (ProcessLookupError, OSError):
+                pass
+        deadline = time.monotonic() + opts.stop_timeout_s
+        for ch in running.values():
+            while ch.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if ch.proc.poll() is None:
+                progress.note(f"WARNING point {ch.point.id}: its process did not stop in "
+                              f"{opts.stop_timeout_s:.0f} s; killed")
+                ch.proc.kill()
+                ch.proc.wait(timeout=30)
+            entry = index.point(ch.point.id)
+            try:
+                res = json.loads(ch.result_file.read_text())
+            except (OSError, ValueError):
+                res = {}
+            if res.get("run_dir"):
+                entry["run_dir"] = str(Path(res["run_dir"]).resolve().relative_to(index.path.parent.resolve()))
+            entry["status"] = "interrupted"
+            entry["ended_at"] = time.time()
+            index.save()
+            _leave_nothing_now(ch.doc)
+
+
+def child_main(job_file: str | Path) -> int:
+    """A `--parallel` child: run one point (`orchestrator.runner.run`), write its result file, exit 0 when the
+    run returned, 1 when it failed, 130 when interrupted."""
+    from orchestrator.backends.base import NullProgress as _Null
+    from orchestrator.runner import RunOptions, run as run_experiment
+
+    job = json.loads(Path(job_file).read_text())
+    result_file = Path(job["result"])
+    result: dict = {"run_dir": None, "outcome": "running", "error": None, "pid": os.getpid()}
+
+    def write() -> None:
+        tmp = result_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result))
+        tmp.replace(result_file)
+
+    def on_run_dir(path: Path) -> None:
+        result["run_dir"] = str(Path(path).resolve())
+        write()
+
+    class Log(_Null):
+        def note(self, message: str) -> None:
+            print(message, flush=True)
+
+    write()
+    code = 0
+    try:
+        run_dir = run_experiment(job["experiment"], RunOptions(
+            backend=job["backend"], out=Path(job["out"]), shaper=job["shaper"], strict=job["strict"],
+            probe_links=job["probe_links"], probe_paths=job["probe_paths"], on_run_dir=on_run_dir), Log())
+        result.update(run_dir=str(Path(run_dir).resolve()), outcome="returned")
+    except KeyboardInterrupt:
+        result["outcome"], code = "interrupted", 130
+    except OrchestratorError as exc:
+        result.update(outcome="failed", error=str(exc))
+        code = 1
+    except Exception as exc:            # noqa: BLE001 - reported to the parent, which records it
+        result.update(outcome="failed", error=f"{type(exc).__name__}: {exc}")
+        code = 1
+    write()
+    print(f"point result: {result}", flush=True)
+    return code
 
 
 def _leave_nothing(doc: dict) -> None:
     """The runner tears its lab down in a `finally`; a second signal during that cleanup can cut it short, so
     make sure the point's lab is gone (teardown is idempotent and works from the state file alone)."""
+    with _signals_ignored():
+        _leave_nothing_now(doc)
+
+
+def _leave_nothing_now(doc: dict) -> None:
     from orchestrator import lab as labmod
     from orchestrator.state import list_labs
 
     name = doc.get("name")
-    with _signals_ignored():
-        if name and name in list_labs():
-            labmod.teardown(name)
+    if name and name in list_labs():
+        labmod.teardown(name)
 
 
 class _signals_ignored:
@@ -350,3 +637,7 @@ def _write_tune(root: Path, header: dict, evaluations: list[dict], result: TuneR
     out = {**header, "evaluations": evaluations, "result": result.to_json() if result else None,
            "written_at": datetime.now(timezone.utc).isoformat()}
     (root / "tune.json").write_text(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":              # a --parallel child: python -m orchestrator.sweeprun JOB
+    sys.exit(child_main(sys.argv[1]))
