@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.doc import Doc, Heading, Para, Table, fmt
-from analysis.protocols import GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext, register
+from analysis.protocols import (GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext,
+                                generic_sweep_values, register)
 from analysis.protocols import overlay
 
 
@@ -16,9 +17,14 @@ class OverlayAnalysis(ProtocolAnalysis):
 
     view = "active"
     timeline_events = ("data_received", "view_changed", "connection_failed")
-    compare_columns = ("reliability_before", "reliability_after", "cycles_to_heal", "clustering_before",
-                       "shortest_path_before")
-    sweep_columns = GENERIC_SWEEP_COLUMNS
+    compare_columns = ("reliability_before", "reliability_after", "reliability_after_first", "cycles_to_heal",
+                       "cycles_to_heal_mean", "clustering_before", "shortest_path_before")
+    # Figure 2 (reliability after the crash) and Figure 4 (cycles to heal) as sweep values, beside the generic ones
+    sweep_columns = (("reliability_before", "reliability before the crash"),
+                     ("reliability_after", "reliability after the crash"),
+                     ("reliability_after_first", "reliability, first 2 cycles after the crash"),
+                     ("cycles_to_heal", "cycles to heal (every later broadcast)"),
+                     ("cycles_to_heal_mean", "cycles to heal (per-cycle mean)")) + GENERIC_SWEEP_COLUMNS
 
     def metrics(self, ctx: MetricsContext) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -46,6 +52,9 @@ class OverlayAnalysis(ProtocolAnalysis):
             "reliability_before": h["reliability_before"], "reliability_after": h["reliability_after"],
             "broadcasts_before": h["broadcasts_before"], "broadcasts_after": h["broadcasts_after"],
             "cycles_to_heal": h["cycles_to_heal"], "heal_broadcast": h["heal_broadcast"],
+            "reliability_after_first": h.get("reliability_after_first"),
+            "cycles_to_heal_mean": h.get("cycles_to_heal_mean"), "crash_cycle": h.get("crash_cycle"),
+            "reliability_by_cycle": h.get("by_cycle"),
             "clustering_before": g.get("before", {}).get("clustering"),
             "shortest_path_before": g.get("before", {}).get("shortest_path_mean"),
             "clustering_end": g.get("end", {}).get("clustering"),
@@ -54,10 +63,15 @@ class OverlayAnalysis(ProtocolAnalysis):
             "reliability_after_failure": [r["reliability"] for r in h["after_failure"]],
         }
 
+    def sweep_values(self, summary: dict[str, Any], queue: dict[str, Any]) -> dict[str, Any]:
+        return {**{k: summary.get(k) for k, _ in self.sweep_columns[:5]}, **generic_sweep_values(summary, queue)}
+
     def key_metrics(self, s: dict[str, Any]) -> list[list[Any]]:
         return [["reliability before the crash", fmt(s.get("reliability_before"))],
                 ["reliability after the crash", fmt(s.get("reliability_after"))],
+                ["reliability, first 2 cycles after the crash", fmt(s.get("reliability_after_first"))],
                 ["cycles to heal", fmt(s.get("cycles_to_heal"))],
+                ["cycles to heal (per-cycle mean)", fmt(s.get("cycles_to_heal_mean"))],
                 ["clustering coefficient (before)", fmt(s.get("clustering_before"))],
                 ["average shortest path (before)", fmt(s.get("shortest_path_before"))]]
 

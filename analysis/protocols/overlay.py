@@ -13,6 +13,12 @@ Definitions (times are unix seconds):
   (`cycle` events) at the crash. The pre-failure reliability is the mean over the broadcasts before the crash;
   the healing broadcast is the first after the crash from which on every broadcast reaches at least the
   pre-failure reliability minus `tol` (0.01); cycles to heal = its cycle minus the crash's cycle (null: never).
+- **per cycle after the crash** (Figure 4 as §5.3 measures it): the broadcasts after the crash grouped by their
+  cycle minus the crash's cycle (0 = the crash's own cycle; earlier cycles of a lagging sender count as 0), the
+  mean reliability of each group; `cycles_to_heal_mean` = the first group whose mean reaches the pre-failure
+  reliability minus `tol` (0: the crash's own cycle already does; null: none does). `reliability_after_first` is
+  the mean over the broadcasts of the first `first_cycles` (2) groups — the closest this testbed comes to
+  Figure 2's setting, where every broadcast is sent before another membership cycle (here the cycles go on).
 - **the overlay at time t** (§2.3, §5.4): the directed edges member -> peer whose last `view_changed` event of
   the protocol's dissemination view (`view`: "active" for HyParView, "partial" for Cyclon) at or before t added
   it (events of one timestamp ordered by the member's own change counter `change`), between members that had not crashed by t. In-degree distribution over the live members (a member nobody
@@ -58,7 +64,21 @@ def crash_cycle(events: DataFrame, crash_ts: float) -> int | None:
     return int(statistics.median(cycles)) if cycles else None
 
 
-def healing(rel: list[dict], crash_ts: float | None, crash_cyc: int | None, tol: float = 0.01) -> dict[str, Any]:
+def by_cycle(after: list[dict], crash_cyc: int | None) -> list[dict[str, Any]]:
+    """The broadcasts after the crash grouped by cycles since the crash: [{cycle, broadcasts, reliability}] in
+    cycle order (see the module docstring); [] without a crash cycle."""
+    if crash_cyc is None:
+        return []
+    groups: dict[int, list[float]] = {}
+    for r in after:
+        if r.get("cycle") is None:
+            continue
+        groups.setdefault(max(0, r["cycle"] - crash_cyc), []).append(r["reliability"])
+    return [{"cycle": c, "broadcasts": len(v), "reliability": statistics.fmean(v)} for c, v in sorted(groups.items())]
+
+
+def healing(rel: list[dict], crash_ts: float | None, crash_cyc: int | None, tol: float = 0.01,
+            first_cycles: int = 2) -> dict[str, Any]:
     """Pre-failure reliability, the post-failure series, and cycles to heal (see the module docstring)."""
     before = [r["reliability"] for r in rel if crash_ts is None or r["sent_ts"] < crash_ts]
     after = [r for r in rel if crash_ts is not None and r["sent_ts"] >= crash_ts]
@@ -69,10 +89,15 @@ def healing(rel: list[dict], crash_ts: float | None, crash_cyc: int | None, tol:
         "after_failure": [{"k": k + 1, "reliability": r["reliability"], "cycle": r["cycle"]}
                           for k, r in enumerate(after)],
         "crash_cycle": crash_cyc, "cycles_to_heal": None, "heal_broadcast": None,
+        "by_cycle": by_cycle(after, crash_cyc), "cycles_to_heal_mean": None,
     }
+    first = [g for g in out["by_cycle"] if g["cycle"] < first_cycles]
+    out["reliability_after_first"] = (sum(g["reliability"] * g["broadcasts"] for g in first)
+                                      / sum(g["broadcasts"] for g in first)) if first else None
     target = out["reliability_before"]
     if target is None or not after:
         return out
+    out["cycles_to_heal_mean"] = next((g["cycle"] for g in out["by_cycle"] if g["reliability"] >= target - tol), None)
     heal = None
     for k in range(len(after) - 1, -1, -1):
         if after[k]["reliability"] >= target - tol:

@@ -9,6 +9,7 @@ import statistics
 import networkx as nx
 import pytest
 
+from analysis import figures_hyparview
 from analysis.protocols import overlay
 from tests.node.overlay_sim import OverlaySim, make_configs
 
@@ -101,6 +102,20 @@ def test_reliability_per_broadcast_and_healing_match_the_log(spark):
         assert r["reliability"] == pytest.approx(want) and r["cycle"] == e.fields["cycle"]
     h = overlay.healing(rel, CRASH_AT, overlay.crash_cycle(events, CRASH_AT))
     assert h["broadcasts_after"] > 5 and h["reliability_before"] == pytest.approx(1.0)
+    # analysis.figures_hyparview's plain-Python pass over the same log (what the Figure 2 sweep uses) agrees
+    log = [{"event": "run_started", "node": "orchestrator", "ts": 0.0, "members": [f"m{i}" for i in range(N)]},
+           {"event": "action_applied", "node": "orchestrator", "op": "crash", "actual_s": CRASH_AT,
+            "targets": [f"m{i}" for i in dead]}]
+    log += [{"event": "node_started", "node": f"m{i}", "ts": sim.cores[i].clock.origin, "id": i} for i in range(N)]
+    log += [{"ts": e.ts, "node": f"m{i}", "event": e.event, **e.fields} for i, e in sim.events]
+    plain, plain_crash, plain_cyc, _ = figures_hyparview.run_reliability(log, 0.0)
+    assert (plain_crash, plain_cyc) == (CRASH_AT, h["crash_cycle"])
+    spark_rows = {(r["origin_id"], r["seq"]): r for r in rel}
+    assert {(r["origin_id"], r["seq"]) for r in plain} == set(spark_rows)
+    for r in plain:
+        s = spark_rows[(r["origin_id"], r["seq"])]
+        assert (r["reliability"], r["cycle"], r["sent_ts"]) == (pytest.approx(s["reliability"]), s["cycle"],
+                                                                pytest.approx(s["sent_ts"]))
     assert h["crash_cycle"] in range(18, 23) and h["cycles_to_heal"] is not None and h["cycles_to_heal"] <= 2
     # a hand-made series: healed from the third broadcast after the crash, at cycle 12 (crash at cycle 10)
     series = [{"sent_ts": 1.0, "reliability": 1.0, "cycle": 9}, {"sent_ts": 5.0, "reliability": 0.5, "cycle": 10},

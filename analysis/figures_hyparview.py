@@ -1,0 +1,303 @@
+"""The HyParView paper's Figures 2, 3 and 4 (seed 003 §5.2-5.3) from a sweep of topologies/hyparview-fig2-sweep.yaml:
+reliability after a massive crash against the crashed fraction f, one line per protocol (Figure 2), reliability of
+successive broadcasts after the crash (Figure 3), and membership cycles to heal against f (Figure 4).
+
+The per-run numbers are the hyparview analysis plug-in's (analysis/protocols/overlay.py: `healing` on the
+per-broadcast reliability), but the reliability per broadcast is computed here from the event logs in plain Python
+(`run_reliability`, the same definition as overlay.reliability: (receivers + 1) / (counted members + 1), counted =
+started before the send, not crashed at or before it, the origin excluded) — a Spark pass per run costs minutes on
+this busy 2-core machine; tests/analysis/test_overlay.py checks that both give the same numbers on one log.
+
+    .venv/bin/python -m analysis.figures_hyparview SWEEP_DIR [SWEEP_DIR ...] --out docs/results/hyparview-fig2
+        [--load /tmp/h5runs/load.log]
+
+Writes runs.csv (one row per run: protocol, f, rep, seed, the load average during the run, the metrics),
+summary.csv (per protocol and f: mean and 95 % CI half-width over the runs), per_cycle.csv (reliability per cycle
+after the crash, per protocol and f, averaged over runs), summary.json and fig2_reliability.png,
+fig3_after_failure.png, fig4_healing.png.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+PROTOCOLS = ("hyparview", "cyclonacked", "cyclon", "scamp")
+TITLES = {"hyparview": "HyParView", "cyclon": "Cyclon", "scamp": "Scamp", "cyclonacked": "CyclonAcked"}
+MARKERS = {"hyparview": "o", "cyclon": "s", "scamp": "^", "cyclonacked": "D"}
+VALUES = ("reliability_before", "reliability_after", "reliability_after_first", "cycles_to_heal",
+          "cycles_to_heal_mean", "broadcasts_before", "broadcasts_after", "survivors")
+
+
+# --- one run, from its event logs (pure given the files) --------------------------------------------------------
+
+def read_events(run_dir: Path) -> tuple[dict, list[dict]]:
+    """(manifest, every event of every member and the orchestrator)."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    events = []
+    for f in sorted((run_dir / "events").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue        # a member killed mid-write leaves a torn last line
+    return manifest, events
+
+
+def run_reliability(events: list[dict], t0: float) -> tuple[list[dict], float | None, int | None, int]:
+    """(per-broadcast reliability rows in send order, the first crash's time, the crash's cycle, members)."""
+    started: dict[str, float] = {}
+    ids: dict[str, int] = {}
+    crashed: dict[str, float] = {}
+    sent: dict[tuple[str, int], dict] = {}
+    got: dict[tuple[str, int, int], float] = {}
+    cycles: list[tuple[float, str, int]] = []
+    members: list[str] = []
+    for e in events:
+        ev, node = e.get("event"), e.get("node")
+        if ev == "run_started":
+            members = list(e.get("members") or [])
+        elif ev == "action_applied" and e.get("op") == "crash":
+            for m in e.get("targets") or []:
+                crashed[m] = min(crashed.get(m, float("inf")), t0 + float(e["actual_s"]))
+        elif ev == "node_started":
+            started[node] = min(started.get(node, float("inf")), e["ts"])
+            ids[node] = int(e["id"])
+        elif ev == "data_sent":
+            k = (node, int(e["seq"]))
+            if k not in sent or e["ts"] < sent[k]["ts"]:
+                sent[k] = {"ts": e["ts"], "cycle": e.get("cycle")}
+        elif ev == "data_received":
+            k = (node, int(e["origin"]), int(e["seq"]))
+            got[k] = min(got.get(k, float("inf")), e["ts"])
+        elif ev == "cycle" and e.get("cycle") is not None:
+            cycles.append((e["ts"], node, int(e["cycle"])))
+    members = members or sorted(ids)
+    rows = []
+    for (origin, seq), s in sent.items():
+        if origin not in ids:
+            continue
+        oid, ts = ids[origin], s["ts"]
+        counted = [m for m in members if m != origin and m in started and started[m] <= ts
+                   and not (m in crashed and crashed[m] <= ts)]
+        delivered = sum(1 for m in counted if (m, oid, seq) in got)
+        rows.append({"origin": origin, "origin_id": oid, "seq": seq, "sent_ts": ts, "cycle": s["cycle"],
+                     "correct": len(counted) + 1, "delivered": delivered + 1,
+                     "reliability": (delivered + 1) / (len(counted) + 1)})
+    rows.sort(key=lambda r: (r["sent_ts"], r["origin_id"], r["seq"]))
+    crash_ts = min(crashed.values()) if crashed else None
+    crash_cyc = None
+    if crash_ts is not None:
+        last: dict[str, int] = {}
+        for ts, node, c in cycles:
+            if ts <= crash_ts:
+                last[node] = max(last.get(node, c), c)
+        crash_cyc = int(statistics.median(last.values())) if last else None
+    return rows, crash_ts, crash_cyc, len(members)
+
+
+def load_during(load: list[tuple[float, float]], start: float, end: float) -> tuple[float | None, float | None]:
+    """(mean, max) of the 1-minute load average sampled in [start, end] (samples every ~10 s)."""
+    xs = [v for t, v in load if start <= t <= end]
+    return (statistics.fmean(xs), max(xs)) if xs else (None, None)
+
+
+def read_load(path: Path | None) -> list[tuple[float, float]]:
+    out = []
+    if path and path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2:
+                try:
+                    out.append((float(parts[0]), float(parts[1])))
+                except ValueError:
+                    continue
+    return out
+
+
+def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) -> dict[str, Any]:
+    from analysis.protocols import overlay     # its pure `healing`; importing it starts no Spark
+
+    manifest, events = read_events(run_dir)
+    t0 = manifest["t0_unix"]
+    rows, crash_ts, crash_cyc, n = run_reliability(events, t0)
+    h = overlay.healing(rows, crash_ts, crash_cyc)
+    spec = manifest.get("spec") or {}
+    protocol = next(iter(spec.get("protocol") or {}), None)
+    sched = (spec.get("schedule") or [{}])[0]
+    crashed = {m for e in events if e.get("event") == "action_applied" and e.get("op") == "crash"
+               for m in e.get("targets") or []}
+    lmean, lmax = load_during(load or [], manifest.get("started_at") or t0, manifest.get("ended_at") or t0 + 60)
+    return {"run_dir": str(run_dir), "protocol": protocol, "fail": sched.get("fraction"), "seed": manifest.get("seed"),
+            "members": n, "crashed": len(crashed), "survivors": n - len(crashed), "status": manifest.get("status"),
+            "load_mean": lmean, "load_max": lmax, "crash_cycle": crash_cyc,
+            **{k: h.get(k) for k in VALUES if k in h},
+            "after_failure": [r["reliability"] for r in h["after_failure"]], "by_cycle": h["by_cycle"]}
+
+
+# --- aggregation (pure) -------------------------------------------------------------------------------------------
+
+def aggregate(runs: list[dict]) -> list[dict]:
+    """Per (protocol, f): n runs, and for each value its mean and 95 % CI half-width (Student t) over the runs."""
+    from analysis.sweep import mean_ci
+
+    groups: dict[tuple[str, float], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["protocol"], r["fail"]), []).append(r)
+    out = []
+    for (p, f), rs in sorted(groups.items(), key=lambda kv: (PROTOCOLS.index(kv[0][0]) if kv[0][0] in PROTOCOLS
+                                                             else 99, kv[0][1])):
+        row: dict[str, Any] = {"protocol": p, "fail": f, "runs": len(rs),
+                               "load_mean": statistics.fmean(x["load_mean"] for x in rs if x["load_mean"] is not None)
+                               if any(x["load_mean"] is not None for x in rs) else None}
+        for k in VALUES:
+            vals = [x.get(k) for x in rs]
+            m, ci = mean_ci([v for v in vals if v is not None])
+            row[k], row[f"{k}_ci95"], row[f"{k}_n"] = m, ci, sum(v is not None for v in vals)
+        out.append(row)
+    return out
+
+
+def per_cycle(runs: list[dict], max_cycle: int = 40) -> list[dict]:
+    """Per (protocol, f, cycles since the crash): the mean over runs of each run's mean reliability in that cycle."""
+    acc: dict[tuple[str, float, int], list[float]] = {}
+    for r in runs:
+        for g in r["by_cycle"]:
+            if g["cycle"] <= max_cycle:
+                acc.setdefault((r["protocol"], r["fail"], g["cycle"]), []).append(g["reliability"])
+    return [{"protocol": p, "fail": f, "cycle": c, "runs": len(v), "reliability": statistics.fmean(v)}
+            for (p, f, c), v in sorted(acc.items())]
+
+
+# --- figures ------------------------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def fig_vs_f(agg: list[dict], key: str, ylabel: str, title: str, path: Path, ylim=None) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for p in PROTOCOLS:
+        rows = [r for r in agg if r["protocol"] == p and r[key] is not None]
+        if not rows:
+            continue
+        xs = [100 * r["fail"] for r in rows]
+        ax.errorbar(xs, [r[key] for r in rows], yerr=[r[f"{key}_ci95"] or 0 for r in rows], marker=MARKERS[p],
+                    capsize=3, label=TITLES[p])
+    ax.set_xlabel("failed members (%)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fig_after_failure(runs: list[dict], path: Path, first: int = 60) -> None:
+    """Figure 3: reliability of the k-th broadcast after the crash (mean over runs), one panel per f."""
+    plt = _plt()
+    fails = sorted({r["fail"] for r in runs})
+    fig, axes = plt.subplots(1, len(fails), figsize=(3.2 * len(fails), 3.2), sharey=True, squeeze=False)
+    for ax, f in zip(axes[0], fails):
+        for p in PROTOCOLS:
+            series = [r["after_failure"] for r in runs if r["protocol"] == p and r["fail"] == f]
+            if not series:
+                continue
+            k = min(first, max(len(s) for s in series))
+            ys = [statistics.fmean(s[i] for s in series if len(s) > i) for i in range(k)]
+            ax.plot(range(1, k + 1), ys, marker=MARKERS[p], markersize=2, linewidth=1, label=TITLES[p])
+        ax.set_title(f"{round(100 * f)} % failed", fontsize=9)
+        ax.set_xlabel("broadcast after the crash")
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("reliability")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- CLI ----------------------------------------------------------------------------------------------------------
+
+def sweep_runs(sweep_dir: Path) -> list[Path]:
+    index = json.loads((sweep_dir / "sweep.json").read_text())
+    out = []
+    for pid, e in sorted(index.get("points", {}).items()):
+        rd = e.get("run_dir")
+        if rd and e.get("status") in ("completed", "done", "ok", "finished"):
+            p = Path(rd) if Path(rd).is_absolute() else sweep_dir / rd
+            if (p / "manifest.json").exists():
+                out.append(p)
+    return out
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweeps", nargs="+", type=Path, help="sweep directories (sweep.json) or run directories")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
+    a = ap.parse_args(argv)
+    load = read_load(a.load)
+    dirs: list[Path] = []
+    for s in a.sweeps:
+        dirs += sweep_runs(s) if (s / "sweep.json").exists() else [s]
+    runs = []
+    for d in dirs:
+        r = analyse_run(d, load)
+        if r["status"] != "completed":
+            print(f"{d}: status {r['status']}, left out", file=sys.stderr)
+            continue
+        runs.append(r)
+    a.out.mkdir(parents=True, exist_ok=True)
+    agg = aggregate(runs)
+    _write_csv(a.out / "runs.csv", [{k: (Path(v).name if k == "run_dir" else v) for k, v in r.items()
+                                     if k not in ("by_cycle",)} for r in runs])
+    _write_csv(a.out / "summary.csv", agg)
+    _write_csv(a.out / "per_cycle.csv", per_cycle(runs))
+    (a.out / "summary.json").write_text(json.dumps({"runs": len(runs), "points": agg}, indent=1, default=str))
+    fig_vs_f(agg, "reliability_after", "reliability (mean over broadcasts after the crash)",
+             "Figure 2: reliability after the crash (50 members; 20 s = 40 cycles)",
+             a.out / "fig2_reliability.png", (0, 1.05))
+    fig_vs_f(agg, "reliability_after_first", "reliability (broadcasts of the first 2 cycles)",
+             "Figure 2, paper's setting: broadcasts before the cycles go on",
+             a.out / "fig2_reliability_first_cycles.png", (0, 1.05))
+    fig_vs_f(agg, "cycles_to_heal_mean", "membership cycles to heal",
+             "Figure 4: cycles until a cycle's mean reliability regains the pre-crash one",
+             a.out / "fig4_healing.png")
+    fig_after_failure(runs, a.out / "fig3_after_failure.png")
+    for r in agg:
+        print(f"{r['protocol']:12s} f={r['fail']:<5} runs={r['runs']} rel_after={_f(r['reliability_after'])}"
+              f"±{_f(r['reliability_after_ci95'])} first={_f(r['reliability_after_first'])} "
+              f"heal={_f(r['cycles_to_heal_mean'])} heal_all={_f(r['cycles_to_heal'])} "
+              f"before={_f(r['reliability_before'])} load={_f(r['load_mean'])}")
+    return 0
+
+
+def _f(x: Any) -> str:
+    return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
