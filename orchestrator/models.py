@@ -165,6 +165,24 @@ class CaptureSpec(Strict):
     snaplen: int = Field(128, ge=64, le=65535)
 
 
+class NodesSpec(Strict):
+    """How the members' protocol nodes run (issue #21, docs/packing.md): `packing: process` (a process per member),
+    `N` (N members per process: packed members, each with its own sockets in its own namespace) or `auto`
+    (processes while they fit in memory, else packs; `orchestrator.backends.packing.decide`)."""
+
+    packing: Literal["process", "auto"] | int = "auto"
+
+    @field_validator("packing", mode="before")
+    @classmethod
+    def _packing(cls, v):
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v.strip())
+        if isinstance(v, bool) or not (v in ("process", "auto") or (isinstance(v, int) and v >= 1)):
+            raise ValueError(f"packing is `process`, `auto` or a number of members per process (an integer >= 1), "
+                             f"not {v!r}")
+        return v
+
+
 class Experiment(Strict):
     name: str | None = None
     description: str | None = None
@@ -182,6 +200,7 @@ class Experiment(Strict):
     # Parameter axes and repetitions for `orchestrator sweep` (validated by orchestrator.sweep; `run` ignores it).
     sweep: dict[str, Any] | None = None
     multicast: MulticastSpec | None = None   # IP multicast groups (orchestrator/mcast, docs/multicast.md)
+    nodes: NodesSpec = NodesSpec()            # how the members' nodes run: packing (docs/packing.md)
 
     @field_validator("name")
     @classmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Callable
 
 from orchestrator.errors import SpecError
 from orchestrator.mcast.tree import member_endpoints
@@ -73,3 +74,9 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
     return out
 
 
+
+
+def with_netns(configs: dict[str, dict], netns_of: Callable[[str], str]) -> dict[str, dict]:
+    """The configs with each member's `netns` (the namespace its sockets are opened in: packed members share a
+    process but not a namespace, orchestrator/backends/packing.py). Pure: new dicts."""
+    return {name: {**cfg, "netns": netns_of(name)} for name, cfg in configs.items()}

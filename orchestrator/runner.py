@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,8 @@ from typing import Callable
 from orchestrator import fidelity as fid
 from orchestrator import lab as labmod
 from orchestrator import signals
-from orchestrator.backends.base import NodeDriver, NullProgress, Progress, RunContext
+from orchestrator.backends import packing as packmod
+from orchestrator.backends.base import Backend, NodeDriver, NullProgress, Progress, RunContext
 from orchestrator.backends.registry import get_backend
 from orchestrator.errors import DelayLineDied, OrchestratorError, SpecError
 from orchestrator.nodeconfig import node_configs
@@ -32,7 +32,8 @@ from orchestrator.state import LabState, load_state
 
 START_TIMEOUT_S = 30.0       # nodes must answer on their control socket within this + START_PER_NODE_S each
 START_PER_NODE_S = 0.5
-START_MARGIN_S = 0.5         # the common start is this far after the last node answered
+START_MARGIN_S = 0.5         # the common start is this far after the last node answered,
+START_MARGIN_PER_NODE_S = 0.001   # + this per node (the start requests go out one after another)
 
 __all__ = ["RunOptions", "Runner", "run", "check_out_dir"]
 
@@ -74,10 +75,10 @@ def _links(d: NodeDriver, op: Op) -> dict:
 
 
 DISPATCH: dict[OpKind, Callable[[NodeDriver, Op], dict]] = {
-    OpKind.CRASH: lambda d, op: d.signal(list(op.targets), signal.SIGKILL, wait=True),
+    OpKind.CRASH: lambda d, op: d.crash(list(op.targets)),
     OpKind.START: lambda d, op: d.start_nodes(list(op.targets)),
-    OpKind.STOP_SIGNAL: lambda d, op: d.signal(list(op.targets), signal.SIGSTOP),
-    OpKind.CONT_SIGNAL: lambda d, op: d.signal(list(op.targets), signal.SIGCONT),
+    OpKind.STOP_SIGNAL: lambda d, op: d.pause(list(op.targets)),
+    OpKind.CONT_SIGNAL: lambda d, op: d.resume(list(op.targets)),
     OpKind.LINK_SET: _links,
     OpKind.LINK_CUT: _links,
     OpKind.LINK_RESTORE: _links,
@@ -159,6 +160,23 @@ class Runner:
 
 # --- the run ------------------------------------------------------------------------------------------------------
 
+def decide_packing(backend: Backend, exp, members: int) -> packmod.PackingDecision:
+    """The experiment's `nodes.packing` on this machine; SpecError if it packs members on a backend whose driver
+    the packed driver does not extend (only the namespace backend's nodes are processes of this machine in named
+    namespaces). docker and hosts refuse it already in their `check_run`, with their own words."""
+    decision = packmod.decide_here(exp, members)
+    if decision.packed and not issubclass(packmod.PackedDriver, backend.driver_class):
+        raise SpecError(f"nodes.packing: the {backend.name} backend cannot pack members ({decision.reason}); use "
+                        f"`nodes: {{packing: process}}`")
+    return decision
+
+
+def make_driver(backend: Backend, ctx: RunContext, decision: packmod.PackingDecision) -> NodeDriver:
+    if decision.packed:
+        return packmod.PackedDriver(backend, ctx, decision)
+    return backend.driver(ctx)
+
+
 def _note(progress: Progress, message: str) -> None:
     """A progress note during cleanup: a terminal that hung up (SIGHUP) must not stop the cleanup."""
     try:
@@ -201,6 +219,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
     dcls = backend.driver_class
     check_supported(timeline, dcls.OPS, backend.name, dcls.WHY_UNSUPPORTED)
     backend.check_run(exp, plan, lab_name, state)
+    packing = decide_packing(backend, exp, len(plan.members))
     if backend.fidelity_probe and shutil.which("tcpdump") is None and exp.capture.interfaces != "none":
         raise OrchestratorError("tcpdump is not installed (run `make setup`)")
     run_id = new_run_id(lab_name)
@@ -221,7 +240,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
     rd.write_manifest(run_id=run_id, experiment_file=str(experiment_path), spec=exp.model_dump(mode="json"),
                       seed=exp.seed, backend=backend.name, lab=lab_name,
                       plan_digest=state.plan_digest if state else plan.digest(),   # hosts: plan.json is realised
-                      versions=versions(), started_at=time.time(), status="starting")
+                      versions=versions(), started_at=time.time(), status="starting", packing=packing.manifest())
     backend.for_run(rd, exp)
     if built:
         try:
@@ -242,13 +261,13 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         rd.manifest["versions"]["node_image"] = (f"{state.backend_data['image']} "
                                                  f"{state.backend_data.get('image_id', '')}")
     first = [m.name for m in plan.members if m.name not in timeline.joiners]
-    driver = backend.driver(RunContext(exp, plan, state, rd, ctl_dir, first, progress))
+    driver = make_driver(backend, RunContext(exp, plan, state, rd, ctl_dir, first, progress), packing)
     runner = Runner(timeline, driver, rd, progress)
     try:
         # The driver may run the node elsewhere (a container, a host): its configs, as the node will see them.
         rd.write_configs(driver.configure(configs))
         rd.log(f"run {run_id}: lab {lab_name} ({'built' if built else 'reused'}) on {backend.name}, "
-               f"shaper {state.shaper}")
+               f"shaper {state.shaper}, {packing.processes} node processes ({packing.reason})")
         # 3. Fidelity probe, captures, nodes, schedule.
         if backend.fidelity_probe:
             progress.note("fidelity probe ...")
@@ -269,8 +288,9 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         driver.await_ready(first, timeout_s=START_TIMEOUT_S + START_PER_NODE_S * len(first))
         rd.log(f"{len(first)} nodes ready")
         if driver.COMMON_START:
-            start_unix = time.time() + START_MARGIN_S
-            t0 = runner.clock() + START_MARGIN_S
+            margin = START_MARGIN_S + START_MARGIN_PER_NODE_S * len(first)
+            start_unix = time.time() + margin
+            t0 = runner.clock() + margin
             driver.start_protocol(first, start_unix)
         else:
             start_unix, t0 = time.time(), runner.clock()

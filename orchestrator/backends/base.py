@@ -8,6 +8,7 @@ imports no concrete backend. Nothing here prints: progress goes through a `Progr
 """
 from __future__ import annotations
 
+import signal
 import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -107,6 +108,20 @@ class NodeDriver(ABC):
     @abstractmethod
     def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:
         """Send `sig` to the nodes' processes; `wait`: until they exited (SIGKILL)."""
+
+    # The schedule's faults (runner.DISPATCH): a process of its own per node gets a signal; a driver whose nodes
+    # share a process (orchestrator/backends/packing.py) acts per member through the member's control socket.
+    def crash(self, names: list[str]) -> dict[str, dict]:
+        """Kill the nodes without a goodbye (SIGKILL), and wait until they are gone."""
+        return self.signal(names, signal.SIGKILL, wait=True)
+
+    def pause(self, names: list[str]) -> dict[str, dict]:
+        """The nodes handle nothing until `resume` (SIGSTOP)."""
+        return self.signal(names, signal.SIGSTOP)
+
+    def resume(self, names: list[str]) -> dict[str, dict]:
+        """Paused nodes run on (SIGCONT)."""
+        return self.signal(names, signal.SIGCONT)
 
     @abstractmethod
     def control_senders(self, request: dict) -> dict[str, dict]:

@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from orchestrator.backends import netns
+from orchestrator.backends import netns, packing
 from orchestrator.backends.mininet import BATCH, MininetBackend, ns_name
 from orchestrator.backends.base import Progress
 from orchestrator.backends.dockerexec import DockerNodeProcess
@@ -203,6 +203,9 @@ class DockerBackend(MininetBackend):
     name = "docker"
     driver_class = DockerDriver
     state_survives_reboot = True        # stopped containers (and the share) outlive a reboot
+
+    def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:
+        packing.refuse(self.name, exp, len(plan.members))     # a node is a process in its container (#21)
 
     # --- labs without state: found by label ---------------------------------------------------------------
     def orphan_labs(self, known: set[str], progress: Progress) -> list[str]:

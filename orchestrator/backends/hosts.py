@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from orchestrator.backends import packing
 from orchestrator.backends.base import Backend, Progress
 from orchestrator.errors import SpecError
 from orchestrator.hosts import deploy, render
@@ -54,6 +55,7 @@ class HostsBackend(Backend):
         return assign_members(load_hosts(self.inventory), [m.name for m in plan.members])
 
     def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:
+        packing.refuse(self.name, exp, len(plan.members))     # a node is a process on its host (#21)
         hosts = self._hosts(plan, state)
         for h in hosts:                     # the control socket path must fit (render.node_config says why not)
             try:
