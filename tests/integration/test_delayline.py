@@ -48,9 +48,10 @@ def _run(argv: list[str], input: str | None = None, check: bool = True) -> subpr
 
 
 class Lab:
-    """Namespaces joined by veth pairs, plus the delay line serving them."""
+    """Namespaces joined by veth pairs, plus the delay line serving them (with `engine`: c or python)."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, engine: str = "python"):
+        self.engine = engine
         self.tag = f"dlt{os.getpid() % 1000:03d}{next(_COUNTER)}"
         self.tmp = tmp
         self.namespaces: list[str] = []
@@ -86,7 +87,8 @@ class Lab:
         return q
 
     def start(self, extra_config: dict | None = None, rules: bool = True) -> None:
-        cfg = render_config(self.queues, control=str(self.tmp / "dl.sock"), stats_file=str(self.tmp / "stats.json"))
+        cfg = render_config(self.queues, control=str(self.tmp / "dl.sock"), stats_file=str(self.tmp / "stats.json"),
+                            engine=self.engine)
         cfg.update(extra_config or {})
         (self.tmp / "dl.json").write_text(json.dumps(cfg))
         self.dl = start_delayline(self.tmp / "dl.json", rt_priority=50)
@@ -142,9 +144,15 @@ class Lab:
         assert self.dl is None or self.dl.poll() is not None
 
 
-@pytest.fixture
-def lab(tmp_path):
-    lb = Lab(tmp_path)
+def _engines():
+    from orchestrator.shaping.delayline import cengine
+    return ["python", pytest.param("c", marks=pytest.mark.skipif(not cengine.available(),
+                                                                 reason="the compiled engine is not built"))]
+
+
+@pytest.fixture(params=_engines())
+def lab(tmp_path, request):
+    lb = Lab(tmp_path, request.param)
     try:
         yield lb
     finally:

@@ -48,7 +48,21 @@ def delayline_pids(lab: str | None = None):
     return [int(x) for x in out.split()]
 
 
-def test_chain_rtt_and_serialisation(tmp_path, state_dir):
+def _engines():
+    from orchestrator.shaping.delayline import cengine
+    return ["python", pytest.param("c", marks=pytest.mark.skipif(not cengine.available(),
+                                                                 reason="the compiled engine is not built"))]
+
+
+@pytest.fixture(params=_engines())
+def engine(request, monkeypatch):
+    """The delay line engine of the labs the test starts (the daemon reads DELAYLINE_ENGINE when its config
+    names none, as the Mininet backend's does not)."""
+    monkeypatch.setenv("DELAYLINE_ENGINE", request.param)
+    return request.param
+
+
+def test_chain_rtt_and_serialisation(tmp_path, state_dir, engine):
     # h1 - h0 - h2: two links, 5 ms per direction -> 20 ms member to member.
     with running_lab("topology: {kind: tree, nodes: 3, degree: 2}\nlinks: {delay: 5ms}\n", tmp_path,
                      shaper="delayline") as (state, plan):
@@ -70,7 +84,7 @@ def test_chain_rtt_and_serialisation(tmp_path, state_dir):
         assert got == pytest.approx(expected, rel=0.03), f"median {got} ms, expected {expected:.1f} ms"
 
 
-def test_cut_heal_and_counters(tmp_path, state_dir):
+def test_cut_heal_and_counters(tmp_path, state_dir, engine):
     with running_lab("topology: {kind: tree, nodes: 4, degree: 3}\nlinks: {rate: 1mbit, delay: 2ms, queue: 64}\n",
                      tmp_path, shaper="delayline") as (state, plan):
         backend = get_backend("mininet")

@@ -694,6 +694,8 @@ void engine_reset_hist(dl_engine *e) {
     e->hist_min = INFINITY;
 }
 
+void engine_hist_copy(dl_engine *e, int64_t *out) { memcpy(out, e->hist, sizeof e->hist); }
+
 int engine_take_late(dl_engine *e, double *err, int *ns, int *qnum) {
     if (!e->late) return 0;
     e->late = 0;

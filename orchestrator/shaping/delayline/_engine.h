@@ -66,5 +66,6 @@ double engine_hist_max(dl_engine *e);
 double engine_hist_min(dl_engine *e);
 double engine_hist_quantile(dl_engine *e, double q);
 void engine_reset_hist(dl_engine *e);
+void engine_hist_copy(dl_engine *e, int64_t *out);
 int engine_take_late(dl_engine *e, double *err, int *ns, int *qnum);
 int engine_last_error(dl_engine *e, int *ns);

@@ -255,6 +255,11 @@ class CEngineMixin:
         self._lib.engine_clear_heap(self._eng)
 
     # -- observation
+    def hist_bins(self) -> dict[str, int]:
+        out = self._ffi.new("int64_t[]", 20200)
+        self._lib.engine_hist_copy(self._eng, out)
+        return {str(i): c for i, c in enumerate(out) if c}
+
     def reset_samples(self) -> None:
         super().reset_samples()
         self._lib.engine_reset_hist(self._eng)

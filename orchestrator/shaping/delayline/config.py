@@ -8,7 +8,7 @@ from typing import Sequence
 from orchestrator.shaping.delayline.model import params_from_json
 from orchestrator.shaping.params import DirParams
 
-CONFIG_KEYS = {"queues", "control", "stats_file", "seed", "copy_range", "kernel_maxlen"}
+CONFIG_KEYS = {"queues", "control", "stats_file", "seed", "copy_range", "kernel_maxlen", "engine", "shards"}
 _IFNAME = re.compile(r"^[A-Za-z0-9_.@:+-]{1,15}$")
 
 
@@ -34,10 +34,16 @@ class QueueSpec:
 
 
 def render_config(queues: Sequence[QueueSpec], control: str, stats_file: str | None = None,
-                  seed: int | None = None) -> dict:
-    """The daemon's config file content (json.dump it)."""
-    return {"queues": [q.to_json() for q in queues], "control": str(control),
-            "stats_file": str(stats_file) if stats_file else None, "seed": seed}
+                  seed: int | None = None, engine: str | None = None, shards: int | None = None) -> dict:
+    """The daemon's config file content (json.dump it). `engine`: "c", "python" or "auto" (None: the daemon's
+    default, auto); `shards`: engine processes (None: the daemon's default)."""
+    out = {"queues": [q.to_json() for q in queues], "control": str(control),
+           "stats_file": str(stats_file) if stats_file else None, "seed": seed}
+    if engine is not None:
+        out["engine"] = engine
+    if shards is not None:
+        out["shards"] = int(shards)
+    return out
 
 
 def render_rules(queues: Sequence[tuple[str, int]]) -> str:

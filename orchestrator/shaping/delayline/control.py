@@ -54,6 +54,8 @@ def op_heal(dl: "DelayLine", req: dict) -> dict:
 
 def op_stats(dl: "DelayLine", req: dict) -> dict:
     out = dl.stats(req.get("ids"), kernel=bool(req.get("kernel", True)))
+    if req.get("hist"):   # the histogram's bins (a shard router merges them)
+        out["hold_error"]["bins"] = dl.hist_bins()
     if req.get("reset"):
         dl.reset_samples()
     return out
@@ -84,14 +86,14 @@ HANDLERS: dict[str, Callable[["DelayLine", dict], dict]] = {
 }
 
 
-def handle(dl: "DelayLine", line: bytes) -> dict:
-    """The answer to one request line."""
+def handle(dl: "DelayLine", line: bytes, handlers: dict | None = None) -> dict:
+    """The answer to one request line (`handlers`: the op table, HANDLERS by default)."""
     try:
         req = json.loads(line)
         if not isinstance(req, dict):
             raise ValueError("a request is a JSON object")
         op = req.get("op")
-        h = HANDLERS.get(op) if isinstance(op, str) else None
+        h = (handlers or HANDLERS).get(op) if isinstance(op, str) else None
         if h is None:
             raise ValueError(f"unknown op {op!r}")
         out = h(dl, req)
@@ -106,8 +108,9 @@ def handle(dl: "DelayLine", line: bytes) -> dict:
 class ControlServer:
     """The listening socket and its clients, registered in the loop's epoll (`dl.ep`, `dl.handlers`)."""
 
-    def __init__(self, dl: "DelayLine", path: str):
+    def __init__(self, dl: "DelayLine", path: str, handlers: dict | None = None):
         self.dl = dl
+        self.handlers = handlers
         self.path = path
         self.clients: dict[int, list] = {}   # fd -> [socket, input buffer, output buffer]
         self.listener: socket.socket | None = None
@@ -176,7 +179,7 @@ class ControlServer:
                     line, _, rest = bytes(inbuf).partition(b"\n")
                     inbuf[:] = rest
                     if line.strip():
-                        outbuf += (json.dumps(handle(self.dl, line)) + "\n").encode()
+                        outbuf += (json.dumps(handle(self.dl, line, self.handlers)) + "\n").encode()
                 if len(inbuf) > 1 << 20:
                     self._drop_client(fd)
                     return

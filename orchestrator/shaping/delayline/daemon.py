@@ -21,10 +21,11 @@ import time
 from typing import Sequence
 
 from orchestrator.shaping import nfqueue as nfq
+from orchestrator.shaping.delayline import cengine
 from orchestrator.shaping.delayline.config import CONFIG_KEYS, QueueSpec
 from orchestrator.shaping.delayline.control import ControlServer
 from orchestrator.shaping.delayline.loop import (DEFAULT_COPY_RANGE, DEFAULT_KERNEL_MAXLEN, HIST_BIN_S, HIST_BINS,
-                                                 HIST_LO_S, HOUSEKEEP_MAX_NS, HOUSEKEEP_S, Direction, EventLoop,
+                                                 HIST_LO_S, HOUSEKEEP_MAX_NS, HOUSEKEEP_S, EventLoop,
                                                  Namespace, _libc, log)
 
 PR_SET_PDEATHSIG = 1
@@ -56,6 +57,7 @@ class DelayLine(EventLoop):
             ns = self.namespaces.get(key)
             if ns is None:
                 ns = Namespace(s.netns, key)
+                self._ns_added(ns)
                 self.namespaces[key] = ns
                 self._hk_order.append(ns)
                 self.ep.register(ns.fd, select.EPOLLIN)
@@ -68,7 +70,7 @@ class DelayLine(EventLoop):
                 if not ns.dirs:
                     self._forget_ns(ns)
                 raise
-            d = Direction(s, ns, self.seed)
+            d = self._new_direction(s, ns)
             ns.dirs[s.queue_num] = d
             self.dirs[s.id] = d
             added.append(s.id)
@@ -88,6 +90,7 @@ class DelayLine(EventLoop):
             ns = d.ns
             del ns.dirs[d.qnum]
             self._flush()
+            self._drop_direction(d)
             try:
                 ns.nl.unbind_queue(d.qnum)
             except OSError as e:
@@ -102,6 +105,7 @@ class DelayLine(EventLoop):
         del self.handlers[ns.fd]
         del self.namespaces[ns.key]
         self._hk_order.remove(ns)
+        self._ns_forgotten(ns)
         ns.close()
 
     def _baseline(self, ns: Namespace) -> None:
@@ -160,6 +164,10 @@ class DelayLine(EventLoop):
                 return HIST_LO_S + (i + 1) * HIST_BIN_S  # upper edge of the bin
         return self.hist_max
 
+    def hist_bins(self) -> dict[str, int]:
+        """The global hold-error histogram, sparse (bin index -> count): what a shard router merges."""
+        return {str(i): c for i, c in enumerate(self.hist) if c}
+
     def stats(self, ids=None, kernel: bool = True) -> dict:
         """Counters. `ids`: the directions to detail (None: all; [] for the global summary only, which is
         cheap); `kernel`: read every namespace's nfnetlink_queue now (false: skip; the loop reads them anyway,
@@ -193,6 +201,7 @@ class DelayLine(EventLoop):
             "uptime_s": now - self.started, "packets": sum(d.packets for d in self.dirs.values()),
             "held": sum(d.held for d in self.dirs.values()),
             "unknown_queue": self.unknown_queue, "verdict_errors": self.verdict_errors, "wakeups": self.wakeups,
+            "engine": self.engine_name,
         }
 
     # ---------------------------------------------------------------- the end
@@ -203,7 +212,7 @@ class DelayLine(EventLoop):
         n = 0
         for d in self.dirs.values():
             n += self.release_all(d)
-        self.heap.clear()
+        self._clear_heap()
         for ns in self.namespaces.values():  # what is already queued to us goes out at once, unshaped
             while True:
                 try:
@@ -232,6 +241,10 @@ class DelayLine(EventLoop):
     def close_namespaces(self) -> None:
         for ns in self.namespaces.values():
             ns.close()
+
+
+class CDelayLine(cengine.CEngineMixin, DelayLine):
+    """The daemon with the compiled hot path (config `engine: c`)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.set_wakeup_fd(wfd)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda s, _f: stop.append(s))
-        dl = DelayLine(config)
+        engine = cengine.resolve_engine(config.get("engine") or os.environ.get("DELAYLINE_ENGINE"), warn=log)
+        dl = (CDelayLine if engine == "c" else DelayLine)(config)
         dl.ep.register(rfd, select.EPOLLIN)
 
         def on_signal(_ev):
@@ -293,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
     gc.disable()  # the hot path makes no reference cycles; no collector pauses in the loop
-    log(f"serving {len(dl.dirs)} queues in {len(dl.namespaces)} namespaces"
+    log(f"serving {len(dl.dirs)} queues in {len(dl.namespaces)} namespaces, engine {dl.engine_name}"
         + (f", SCHED_FIFO {args.rt_priority}" if args.rt_priority else ""))
     sys.stdout.write(f"READY {os.getpid()}\n")
     sys.stdout.flush()

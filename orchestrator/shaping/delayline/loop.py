@@ -116,7 +116,7 @@ def quantile(sorted_xs: list[float], q: float) -> float | None:
 class Namespace:
     """One network namespace: its NFQUEUE socket (serving all its queues) and its /proc counters."""
 
-    __slots__ = ("key", "path", "nl", "fd", "statfd", "dirs", "pending", "baseline", "reported", "t_empty")
+    __slots__ = ("key", "path", "nl", "fd", "statfd", "dirs", "pending", "baseline", "reported", "t_empty", "idx")
 
     def __init__(self, path: str, key):
         self.key = key
@@ -134,6 +134,7 @@ class Namespace:
         self.baseline: dict[int, tuple[int, int]] = {}
         self.reported: dict[int, tuple[int, int]] = {}
         self.t_empty = 0.0  # when its socket was last read empty
+        self.idx = -1       # its index in the compiled engine (cengine.py)
 
     def close(self) -> None:
         self.nl.close()
@@ -141,6 +142,11 @@ class Namespace:
 
 
 class EventLoop:
+    """The Python engine. `cengine.CEngineMixin` overrides the per-packet methods (`_read_ns`, `_drain_backlog`,
+    `_verdict`, `_release`, `_flush`, `_verdict_held`) and the hooks below to run them in C."""
+
+    engine_name = "python"
+
     def __init__(self, copy_range: int = DEFAULT_COPY_RANGE):
         self.copy_range = copy_range
         self.parse = nfq.packet_parser(copy_range)
@@ -167,6 +173,28 @@ class EventLoop:
         self.wakeups = 0
         self.stopping = False
         self.ep.register(self.timer.fd, select.EPOLLIN)
+        self._engine_init()
+
+    # ---------------------------------------------------------------- engine hooks (cengine.py overrides them)
+    def _engine_init(self) -> None:
+        heap = self.heap
+        self._next_due = lambda: heap[0][0] if heap else math.inf   # when the first held packet is due
+        self._has_pending = lambda: bool(self.dirty)                 # verdicts waiting for _flush
+
+    def _new_direction(self, spec: QueueSpec, ns: "Namespace") -> Direction:
+        return Direction(spec, ns, self.seed)
+
+    def _drop_direction(self, d: Direction) -> None:
+        """`d` is no longer served (its held packets were disposed of)."""
+
+    def _ns_added(self, ns: "Namespace") -> None:
+        pass
+
+    def _ns_forgotten(self, ns: "Namespace") -> None:
+        pass
+
+    def _clear_heap(self) -> None:
+        self.heap.clear()
 
     # ---------------------------------------------------------------- the hot path
     def _read_ns(self, ns: Namespace, stamp: float) -> None:
@@ -331,7 +359,8 @@ class EventLoop:
     # ---------------------------------------------------------------- loop
     def run(self) -> None:
         ep = self.ep
-        heap = self.heap
+        next_due = self._next_due
+        has_pending = self._has_pending
         monotonic = time.monotonic
         tfd = self.timer.fd
         dispatch = self._dispatch
@@ -359,7 +388,7 @@ class EventLoop:
                         advance = max(0.0, advance - ADVANCE_STEP_S)
                     self.advance = advance
                     break
-            if heap and heap[0][0] <= now + advance:
+            if next_due() <= now + advance:
                 self._release(now)
             # a packet found without sleeping arrived after the previous epoll_wait returned (level-triggered:
             # that one would have reported it otherwise)
@@ -369,9 +398,9 @@ class EventLoop:
             # their sockets have work now: serve it in this wake-up, then arm the timer once.
             while True:
                 now = monotonic()
-                if heap and heap[0][0] <= now + advance:
+                if next_due() <= now + advance:
                     self._release(now)
-                if not self.dirty:
+                if not has_pending():
                     break
                 self._flush()
                 self.t_flushed = monotonic()
@@ -383,8 +412,9 @@ class EventLoop:
                     self._housekeep()
                     next_hk = now + HOUSEKEEP_S
             # (re)arm the timer `advance` before the next due packet; arming also clears a fired timerfd
-            if heap:
-                t = heap[0][0] - advance
+            due = next_due()
+            if due != math.inf:
+                t = due - advance
                 if fired or t != self.armed:
                     self.timer.arm(t)
                     self.armed = t
