@@ -398,4 +398,4 @@ def fit(needs: list[PointNeed], k: int, cores: int, mem_available: int) -> Fit:
     while max_k < len(needs) and fits(max_k + 1):
         max_k += 1
     kk = min(k, len(needs)) if needs else k
-    return Fit(k <= 1 or fits(kk), k, max_k, sum(by_cpu[:kk]), sum(by_mem[:kk]), cpu_budget, mem_budget)
+    return Fit(kk <= 1 or fits(kk), k, max_k, sum(by_cpu[:kk]), sum(by_mem[:kk]), cpu_budget, mem_budget)

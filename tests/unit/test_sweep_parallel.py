@@ -94,6 +94,7 @@ def test_fit_takes_the_largest_points_and_memory_into_account():
     assert not f.ok and f.max_k == 1                             # two at once may be big + small: > 8 GiB
     assert sw.fit([small, big, small], 2, cores=16, mem_available=64 * GiB).ok
     assert sw.fit([big], 1, cores=1, mem_available=GiB).ok       # one at a time is never refused
+    assert sw.fit([big], 8, cores=1, mem_available=GiB).ok       # nor a single point
     assert sw.fit([small] * 2, 8, cores=8, mem_available=8 * GiB).ok   # K beyond the points: the points
 
 
