@@ -93,3 +93,70 @@ def test_measure_floor_runs_and_cleans_up():
         lat = res[phase]
         assert lat["received"] == lat["sent"] > 0          # accept-all: nothing lost
         assert 0 < lat["app_ms"]["p50"] <= lat["app_ms"]["p99"]
+
+
+# ---------------------------------------------------------------------------------------- bench_tail's pure parts
+import bench_tail as bt  # noqa: E402
+
+
+def _attr(t: int, payload: bytes) -> bytes:
+    n = 4 + len(payload)
+    return struct.pack("=HH", n, t) + payload + b"\0" * ((4 - n % 4) % 4)
+
+
+def _packet_msg(seq: int, ts_ns: int | None, copy: int = 64) -> bytes:
+    """A queued-packet message as the kernel sends it for a forwarded packet (attribute order seen on 6.18:
+    PACKET_HDR INDEV OUTDEV HWADDR TIMESTAMP CAP_LEN SKB_INFO PAYLOAD), without the timestamp when ts_ns is None."""
+    ip = bytes([0x45, 0]) + struct.pack(">H", 100) + bytes(16)
+    pkt = (ip + struct.pack("!HHHH", 1, 2, 80, 0) + bf.HDR.pack(seq, 7) + bytes(100))[:copy]
+    attrs = _attr(1, struct.pack(">IHB", 9, 0x800, 4)) + _attr(5, struct.pack(">I", 3)) + _attr(6, struct.pack(">I", 4))
+    if ts_ns is not None:
+        attrs += _attr(4, struct.pack(">QQ", ts_ns // 1_000_000_000, ts_ns % 1_000_000_000 // 1000))
+    attrs += _attr(13, struct.pack(">I", 100)) + _attr(10, pkt)
+    body = struct.pack("=BB", 2, 0) + struct.pack(">H", 0) + attrs
+    return struct.pack("=IHHII", 16 + len(body), bt.MSG_PACKET, 0, 0, 0) + body
+
+
+def test_walk_packets_finds_seq_and_kernel_timestamp():
+    err = struct.pack("=IHHII", 36, 2, 0, 0, 0) + struct.pack("=i", 0) + bytes(16)   # an ack in between
+    buf = _packet_msg(41, 1_700_000_000_123_456_000) + err + _packet_msg(42, None)
+    assert bt.walk_packets(buf, len(buf)) == [(41, 1_700_000_000_123_456_000), (42, 0)]
+    short = _packet_msg(43, None, copy=30)  # payload too short for our header: seq unknown
+    assert bt.walk_packets(short, len(short)) == [(-1, 0)]
+
+
+def test_render_rules_forward():
+    text = bt.render_rules_forward([("d3a", 0), ("d4a", 1)])
+    lines = text.splitlines()
+    assert lines[0] == "*mangle" and lines[-1] == "COMMIT"
+    assert "-A FORWARD -o d3a -m comment --comment delayline -j NFQUEUE --queue-num 0" in lines
+    assert "-A OUTPUT -o d4a -m comment --comment delayline -j NFQUEUE --queue-num 1" in lines
+    assert len(lines) == 6
+
+
+def test_decompose_components_add_up_to_the_end_to_end_error():
+    nominal = 0.005
+    # two hops: (t_recv, stamp, t_sched, t_release, send_start, send_end, kernel timestamp)
+    hops = [(1.0002, 1.0001, 1.0051 + 0.0003, 1.0055, 1.0056, 1.0057, None),
+            (1.0059, 1.0058, 1.0108, 1.0109, 1.0110, 1.0111, 1.0057)]
+    c = bt.decompose(hops, t_app=1.0, t_sent=1.00005, krx=1.0112, t_read=1.0115, nominal=nominal)
+    assert c["e2e"] == pytest.approx(1.0115 - 1.0 - 2 * nominal)
+    assert sum(c[k] for k in bt.COMPONENTS) == pytest.approx(c["e2e"], abs=1e-12)
+    assert c["stamp_error"] == pytest.approx(0.0001 + (1.0058 - 1.0056))
+    assert c["model_queue"] == pytest.approx(0.0003, abs=1e-12)
+    assert c["hold_error"] == pytest.approx(0.0001 + 0.0001)
+    assert c["delivery"] == pytest.approx(1.0112 - 1.0110)
+    assert c["rx_read"] == pytest.approx(0.0003)
+    assert c["hop1_queue_wait"] == pytest.approx(1.0002 - 1.00005)
+    assert c["kernel_queue_wait"] == pytest.approx(1.0059 - 1.0057)
+    assert c["stamp_minus_kernel"] == pytest.approx(1.0058 - 1.0057)
+    assert c["forward_path"] == pytest.approx(1.0057 - 1.0056)
+
+
+def test_report_tail_means():
+    rows = [dict.fromkeys(bt.COMPONENTS + bt.INFO, 0.0) | {"e2e": i * 1e-3, "hold_error": i * 1e-3} for i in range(100)]
+    r = bt.report(rows)
+    assert r["packets"] == 100 and r["tail_packets"] == 1
+    assert r["e2e"] == {"p50_ms": 50.0, "p99_ms": 99.0, "tail_mean_ms": 99.0}
+    assert r["hold_error"]["tail_mean_ms"] == 99.0
+    assert bt.report([]) == {"packets": 0}
