@@ -166,3 +166,42 @@ def test_engine_heap_releases_in_order_with_batched_verdicts():
     finally:
         a.close()
         b.close()
+
+
+def test_shards_partition_keeps_namespaces_whole_and_balances(tmp_path):
+    from orchestrator.shaping.delayline.config import QueueSpec
+    from orchestrator.shaping.delayline.shards import partition
+    files = []
+    for i in range(5):
+        f = tmp_path / f"ns{i}"
+        f.write_text("")
+        files.append(str(f))
+    specs = [QueueSpec(f"q{i}-{j}", files[i], j) for i in range(5) for j in range(i + 1)]   # 1..5 queues
+    parts = partition(specs, 2)
+    assert sorted(q.id for p in parts for q in p) == sorted(q.id for q in specs)
+    for p in parts:
+        others = {q.netns for o in parts if o is not p for q in o}
+        assert not {q.netns for q in p} & others          # a namespace lives in one shard
+    assert sorted(len(p) for p in parts) == [7, 8]
+
+
+def test_shards_merge_the_histogram_exactly():
+    """The router's p50/p99 from the shards' bins equal those of one histogram of all samples."""
+    from orchestrator.shaping.delayline.loop import HIST_BIN_S, HIST_LO_S
+    from orchestrator.shaping.delayline.shards import ShardRouter
+    rng = random.Random(3)
+    samples = [rng.expovariate(1 / 50e-6) - 20e-6 for _ in range(5000)]
+    def bins(xs):
+        out = {}
+        for x in xs:
+            b = max(0, int((x - HIST_LO_S) / HIST_BIN_S))
+            out[str(b)] = out.get(str(b), 0) + 1
+        return out
+    def answer(xs):
+        return {"queues": {}, "kernel": {}, "kernel_drops": 0, "packets": len(xs), "cpu_s": 1.0,
+                "hold_error": {"bins": bins(xs), "max_s": max(xs), "min_s": min(xs)}}
+    r = ShardRouter.__new__(ShardRouter)
+    r.shards, r.started = [], 0.0
+    whole = r.merge_stats([answer(samples)])
+    split = r.merge_stats([answer(samples[:1234]), answer(samples[1234:])])
+    assert whole["hold_error"] == split["hold_error"] and split["packets"] == 5000 and split["cpu_s"] == 2.0

@@ -21,7 +21,8 @@ import time
 from typing import Sequence
 
 from orchestrator.shaping import nfqueue as nfq
-from orchestrator.shaping.delayline import cengine
+from orchestrator.errors import DelayLineDied
+from orchestrator.shaping.delayline import cengine, shards
 from orchestrator.shaping.delayline.config import CONFIG_KEYS, QueueSpec
 from orchestrator.shaping.delayline.control import ControlServer
 from orchestrator.shaping.delayline.loop import (DEFAULT_COPY_RANGE, DEFAULT_KERNEL_MAXLEN, HIST_BIN_S, HIST_BINS,
@@ -243,6 +244,16 @@ class DelayLine(EventLoop):
             ns.close()
 
 
+def shards_wanted(config: dict, specs) -> int:
+    """Engine processes: config `shards` (or DELAYLINE_SHARDS), default the CPUs we may run on; never more than
+    the namespaces (a namespace's queues share one socket, so one process)."""
+    k = config.get("shards") or os.environ.get("DELAYLINE_SHARDS") or shards.default_shards()
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"shards must be >= 1, got {k}")
+    return min(k, len({nfq.netns_key(s.netns) for s in specs}) or 1)
+
+
 class CDelayLine(cengine.CEngineMixin, DelayLine):
     """The daemon with the compiled hot path (config `engine: c`)."""
 
@@ -254,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rt-priority", type=int, default=0, help="SCHED_FIFO priority (0: normal scheduling)")
     ap.add_argument("--die-with-parent", type=int, default=0, metavar="PID",
                     help="exit (as on SIGTERM) when process PID, our parent, exits")
+    ap.add_argument("--pdeathsig", choices=["TERM", "KILL"], default="TERM",
+                    help="the signal --die-with-parent gets (a shard router's engines: KILL, so they fail closed)")
     args = ap.parse_args(argv)
 
     def fail(msg: str) -> int:
@@ -265,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     dl = None
     try:
         if args.die_with_parent:
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL if args.pdeathsig == "KILL" else signal.SIGTERM, 0, 0, 0)
             if os.getppid() != args.die_with_parent:
                 return fail(f"parent {args.die_with_parent} is gone")
         with open(args.config) as f:
@@ -286,7 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda s, _f: stop.append(s))
         engine = cengine.resolve_engine(config.get("engine") or os.environ.get("DELAYLINE_ENGINE"), warn=log)
-        dl = (CDelayLine if engine == "c" else DelayLine)(config)
+        k = shards_wanted(config, specs)
+        if k > 1:
+            dl = shards.ShardRouter({**config, "engine": engine}, specs, k, args.rt_priority)
+        else:
+            dl = (CDelayLine if engine == "c" else DelayLine)(config)
         dl.ep.register(rfd, select.EPOLLIN)
 
         def on_signal(_ev):
@@ -298,12 +315,24 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"signal {stop[0]}: shutting down")
                 dl.stopping = True
         dl.handlers[rfd] = on_signal
-        dl.add_queues(specs)
+        if k <= 1:
+            dl.add_queues(specs)
         dl.control.listen()
-    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, DelayLineDied) as e:
         if dl is not None:
             dl.close_namespaces()
         return fail(f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e))
+    if k > 1:
+        log(f"routing {len(specs)} queues over {k} shards (engine {engine})"
+            + (f", SCHED_FIFO {args.rt_priority}" if args.rt_priority else ""))
+        sys.stdout.write(f"READY {os.getpid()}\n")
+        sys.stdout.flush()
+        if stop:
+            dl.stopping = True
+        dl.run()
+        dl.shutdown()
+        log("exit")
+        return 0
     gc.collect()
     gc.freeze()
     gc.disable()  # the hot path makes no reference cycles; no collector pauses in the loop

@@ -115,7 +115,8 @@ class DelayLineClient:
 
 
 def start_delayline(config_path: str | os.PathLike, rt_priority: int | None = 50, timeout: float = 30.0,
-                    log_path: str | os.PathLike | None = None, die_with_parent: bool = True) -> subprocess.Popen:
+                    log_path: str | os.PathLike | None = None, die_with_parent: bool = True,
+                    extra_argv: Sequence[str] = ()) -> subprocess.Popen:
     """Start the daemon on `config_path`, wait for READY; raise DelayLineDied with its stderr otherwise.
     Its stderr goes to `log_path` (default: the config path with suffix .log). The returned Popen carries
     `.control_path` and `.log_path`. With `die_with_parent`, the daemon shuts down when this process exits."""
@@ -128,6 +129,7 @@ def start_delayline(config_path: str | os.PathLike, rt_priority: int | None = 50
         argv += ["--rt-priority", str(int(rt_priority))]
     if die_with_parent:
         argv += ["--die-with-parent", str(os.getpid())]
+    argv += list(extra_argv)
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
