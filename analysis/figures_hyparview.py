@@ -231,14 +231,14 @@ def fig_after_failure(runs: list[dict], path: Path, first: int = 60) -> None:
 # --- CLI ----------------------------------------------------------------------------------------------------------
 
 def sweep_runs(sweep_dir: Path) -> list[Path]:
-    index = json.loads((sweep_dir / "sweep.json").read_text())
+    """The run directory of every point of a sweep directory (points/<point>/<run>/), the newest completed one of a
+    point run more than once; every point ever run counts, whichever `--only` the last `sweep` call had."""
     out = []
-    for pid, e in sorted(index.get("points", {}).items()):
-        rd = e.get("run_dir")
-        if rd and e.get("status") in ("completed", "done", "ok", "finished"):
-            p = Path(rd) if Path(rd).is_absolute() else sweep_dir / rd
-            if (p / "manifest.json").exists():
-                out.append(p)
+    for point in sorted((sweep_dir / "points").iterdir()):
+        done = [d for d in sorted(point.iterdir()) if (d / "manifest.json").exists()
+                and json.loads((d / "manifest.json").read_text()).get("status") == "completed"]
+        if done:
+            out.append(done[-1])
     return out
 
 
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     load = read_load(a.load)
     dirs: list[Path] = []
     for s in a.sweeps:
-        dirs += sweep_runs(s) if (s / "sweep.json").exists() else [s]
+        dirs += sweep_runs(s) if (s / "points").is_dir() else [s]
     runs = []
     for d in dirs:
         r = analyse_run(d, load)
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
              "Figure 2, paper's setting: broadcasts before the cycles go on",
              a.out / "fig2_reliability_first_cycles.png", (0, 1.05))
     fig_vs_f(agg, "cycles_to_heal_mean", "membership cycles to heal",
-             "Figure 4: cycles until a cycle's mean reliability regains the pre-crash one",
+             "Figure 4: cycles until the mean over 4 cycles regains the pre-crash reliability",
              a.out / "fig4_healing.png")
     fig_after_failure(runs, a.out / "fig3_after_failure.png")
     for r in agg:

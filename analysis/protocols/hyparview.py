@@ -24,7 +24,7 @@ class OverlayAnalysis(ProtocolAnalysis):
                      ("reliability_after", "reliability after the crash"),
                      ("reliability_after_first", "reliability, first 2 cycles after the crash"),
                      ("cycles_to_heal", "cycles to heal (every later broadcast)"),
-                     ("cycles_to_heal_mean", "cycles to heal (per-cycle mean)")) + GENERIC_SWEEP_COLUMNS
+                     ("cycles_to_heal_mean", "cycles to heal (mean over 4 cycles)")) + GENERIC_SWEEP_COLUMNS
 
     def metrics(self, ctx: MetricsContext) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -71,7 +71,7 @@ class OverlayAnalysis(ProtocolAnalysis):
                 ["reliability after the crash", fmt(s.get("reliability_after"))],
                 ["reliability, first 2 cycles after the crash", fmt(s.get("reliability_after_first"))],
                 ["cycles to heal", fmt(s.get("cycles_to_heal"))],
-                ["cycles to heal (per-cycle mean)", fmt(s.get("cycles_to_heal_mean"))],
+                ["cycles to heal (mean over 4 cycles)", fmt(s.get("cycles_to_heal_mean"))],
                 ["clustering coefficient (before)", fmt(s.get("clustering_before"))],
                 ["average shortest path (before)", fmt(s.get("shortest_path_before"))]]
 

@@ -25,7 +25,9 @@ def test_healing_groups_by_cycle_since_the_crash_and_finds_the_first_healed_cycl
     h = overlay.healing(series, 4.0, 10)
     assert [(g["cycle"], g["broadcasts"]) for g in h["by_cycle"]] == [(0, 2), (1, 1), (2, 2), (3, 1), (4, 1)]
     assert h["by_cycle"][0]["reliability"] == pytest.approx(0.6)
-    assert h["cycles_to_heal_mean"] == 2            # cycle 2's mean 0.9975 >= 1.0 - 0.01
+    # window 4: cycles 0-3 average 0.816, 1-4 0.939, 2-5 0.949, 3-6 0.9, 4-7 1.0 >= 1.0 - 0.01
+    assert h["cycles_to_heal_mean"] == 4
+    assert overlay.healing(series, 4.0, 10, window=1)["cycles_to_heal_mean"] == 2     # cycle 2 alone: 0.9975
     assert h["cycles_to_heal"] == 4                 # every broadcast from cycle 14 on
     assert h["reliability_after_first"] == pytest.approx((0.5 + 0.7 + 0.9) / 3)
     assert h["reliability_after"] == pytest.approx((0.5 + 0.7 + 0.9 + 1.0 + 0.995 + 0.8 + 1.0) / 7)
@@ -89,7 +91,8 @@ def test_run_reliability_from_event_logs(tmp_path):
     assert r["after_failure"] == pytest.approx([2 / 3, 1.0])
     assert r["by_cycle"] == [{"cycle": 2, "broadcasts": 1, "reliability": pytest.approx(2 / 3)},
                              {"cycle": 4, "broadcasts": 1, "reliability": 1.0}]
-    assert r["cycles_to_heal_mean"] == 4 and r["reliability_after_first"] is None
+    # the window from cycle 3 (empty) holds cycles 3-6: only cycle 4's broadcast, at 1.0
+    assert r["cycles_to_heal_mean"] == 3 and r["reliability_after_first"] is None
 
 
 def test_aggregate_mean_and_ci_per_protocol_and_fraction():
