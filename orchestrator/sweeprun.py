@@ -211,10 +211,10 @@ def _prepare(base: dict, points: list[sw.Point], root: Path, where: str) -> dict
 
 
 def _interrupts_as_keyboardinterrupt():
-    """SIGTERM (and SIGINT even when inherited as ignored) raise KeyboardInterrupt, so the run cleans up."""
+    """SIGTERM, SIGHUP (and SIGINT even when inherited as ignored) raise KeyboardInterrupt, so the run cleans up."""
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     return lambda: [signal.signal(s, h) for s, h in old.items()]
 
 
@@ -391,7 +391,7 @@ def _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, d
                     left = total - done
                     est = sw.eta(elapsed, left)
                     on_point(done, total, est / k if est else est, ch.point.id, entry["status"])
-    except KeyboardInterrupt:
+    except BaseException:               # Ctrl-C, SIGTERM, SIGHUP, or a failure of the parent itself
         _stop_children(running, index, opts, progress)
         raise
     finally:
@@ -472,7 +472,10 @@ def _stop_children(running: dict[int, Child], index, opts: SweepOptions, progres
             entry["status"] = "interrupted"
             entry["ended_at"] = time.time()
             index.save()
-            _leave_nothing_now(ch.doc)
+            try:
+                _leave_nothing_now(ch.doc)
+            except OrchestratorError as exc:
+                progress.note(f"WARNING point {ch.point.id}: tearing down lab {ch.doc.get('name')} failed: {exc}")
 
 
 def child_main(job_file: str | Path) -> int:
@@ -536,7 +539,7 @@ def _leave_nothing_now(doc: dict) -> None:
 
 class _signals_ignored:
     def __enter__(self):
-        self.old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def __exit__(self, *exc):
         for s, h in self.old.items():
