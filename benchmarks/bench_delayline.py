@@ -1,7 +1,8 @@
 """Load test of the delay line on a balanced tree of network namespaces (needs root).
 
-    python benchmarks/bench_delayline.py N [N ...] [--leaves 40] [--pps 2000] [--seconds 10]
-                                                   [--rate-bps 10000000] [--delay-s 0.005] [--rt-priority 50]
+    python benchmarks/bench_delayline.py [N ...] [--leaves 40] [--pps 2000 ...] [--seconds 10]
+                                         [--rate-bps 10000000] [--delay-s 0.005] [--rt-priority 50]
+                                         [--engine auto|c|python] [--shards K] [--json FILE]
 
 For each N: builds an N-node tree (root has 4 children, every other interior node 3; a /31 per link, O(degree)
 aggregate routes, like shared/tools/raw_tree_floor.py) as namespaces `dlb<i>`, puts a delay line on every link
@@ -9,7 +10,10 @@ direction (2 (N-1) queues, one process), sends `--pps` UDP packets/s (100 B IP) 
 `--leaves` deepest leaves to the root for `--seconds`, and prints: shaper CPU per packet-hop, its RSS, the
 daemon's hold error (actual - scheduled release, p50/p99/max), the end-to-end one-way delay error seen by the
 receiver (against depth x (delay + serialisation)), losses and kernel drops. Everything is removed afterwards,
-also on Ctrl-C / SIGTERM.
+also on Ctrl-C / SIGTERM. `--pps` takes several rates (one tree, one run per rate, rising); `--engine` picks the
+delay line's engine (config `engine`), `--shards` its processes (config `shards`); `--json FILE` also writes the result dict (`runs`: one object per N and
+rate; at the top level the last run's rate achieved, packet-hops/s, one-way error p50/p99, CPU us per packet-hop,
+and the load average). Without N it runs N=200 (what benchmarks/bench_scale.py calls: `--json FILE` alone).
 
     python benchmarks/bench_delayline.py --replay ROUNDS
 
@@ -199,8 +203,9 @@ def rss_kb(pid: int) -> tuple[int, int]:
     return out["VmRSS"], out["VmHWM"]
 
 
-def run(n: int, args, tmp: Path) -> dict:
-    t = proc = client = rx = None
+def run(n: int, args, tmp: Path) -> list[dict]:
+    t = proc = client = None
+    out = []
     try:
         t = Tree(n)
         t0 = time.monotonic()
@@ -209,7 +214,8 @@ def run(n: int, args, tmp: Path) -> dict:
         params = DirParams(rate_bps=args.rate_bps, delay_s=args.delay_s, queue_pkts=args.queue)
         specs, per_ns = queues(t, params)
         cfg = tmp / f"dl{n}.json"
-        cfg.write_text(json.dumps(render_config(specs, control=str(tmp / f"dl{n}.sock"))))
+        cfg.write_text(json.dumps(render_config(specs, control=str(tmp / f"dl{n}.sock"), engine=args.engine,
+                                                shards=args.shards)))
         t0 = time.monotonic()
         proc = start_delayline(cfg, rt_priority=args.rt_priority, timeout=300)
         t_bind = time.monotonic() - t0
@@ -220,9 +226,35 @@ def run(n: int, args, tmp: Path) -> dict:
             list(ex.map(lambda i: prepare_ns(t.ns(i), per_ns[i]), [i for i in range(n) if per_ns[i]]))
         t_rules = time.monotonic() - t0
 
+        setup = {"N": n, "queues": len(specs), "build_s": round(t_build, 2), "bind_s": round(t_bind, 2),
+                 "rules_s": round(t_rules, 2), "rss_idle_mb": round(idle_rss / 1024, 1)}
+        for pps in args.pps:
+            res = measure(t, proc, client, specs, pps, args, setup)
+            print(json.dumps(res))
+            sys.stdout.flush()
+            out.append(res)
+        return out
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        if proc is not None:  # what the daemon logged about late releases / kernel drops
+            with open(proc.log_path, errors="replace") as f:
+                for line in f:
+                    if "late release" in line or "FATAL" in line or "engine" in line:
+                        print(f"# delayline: {line.rstrip()}", file=sys.stderr)
+        t0 = time.monotonic()
+        teardown(t, proc, client)
+        if t is not None:
+            print(f"# N={n}: removed in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+
+
+def measure(t: Tree, proc, client, specs, pps: float, args, setup: dict) -> dict:
+    rx = None
+    socks = []
+    try:
+        n = t.n
+        load0 = os.getloadavg()[0]
         # traffic: the deepest leaves -> root
         leaves = sorted((i for i in range(n) if not t.kids[i]), key=lambda i: (-t.depth[i], i))[: args.leaves]
-        socks = []
         for i in leaves:
             with nfq.in_netns(f"/run/netns/{t.ns(i)}"):
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -239,9 +271,9 @@ def run(n: int, args, tmp: Path) -> dict:
 
         def send_for(seconds: float, seq0: int) -> int:
             sent, k, start = 0, 0, time.monotonic()
-            total = int(seconds * args.pps)
+            total = int(seconds * pps)
             while sent < total:
-                due = start + sent / args.pps
+                due = start + sent / pps
                 d = due - time.monotonic()
                 if d > 0:
                     time.sleep(d)
@@ -253,26 +285,31 @@ def run(n: int, args, tmp: Path) -> dict:
 
         send_for(1.0, -1)  # warm-up (ARP, caches)
         time.sleep(0.5)
+        q0 = client.stats(kernel=False)["queues"].values()
+        drops0 = (sum(v["overflowed"] for v in q0), sum(v["lost"] for v in q0))
         before = client.stats(ids=[], reset=True, kernel=False)
+        t_send = time.monotonic()
         sent = send_for(args.seconds, 0)
+        t_send = time.monotonic() - t_send
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         time.sleep(max(0.5, 3 * max(t.depth.values()) * (args.delay_s + ser)))
         after = client.stats(ids=[], kernel=False)
         e2e = json.loads(rx.communicate(timeout=60)[0])
-        full = client.stats(kernel=True)
+        full = client.stats(kernel=True, reset=True)
         rss, hwm = rss_kb(proc.pid)
         hops = after["packets"] - before["packets"]
         cpu = after["cpu_s"] - before["cpu_s"]
         res = {
-            "N": n, "queues": len(specs), "leaves": len(leaves), "max_depth": max(t.depth.values()),
-            "build_s": round(t_build, 2), "bind_s": round(t_bind, 2), "rules_s": round(t_rules, 2),
-            "sent": sent, "received": e2e["received"], "packet_hops": hops,
+            **setup, "engine": after.get("engine", "python"), "pps": pps, "leaves": len(leaves),
+            "max_depth": max(t.depth.values()), "sent": sent, "rate_achieved_pps": round(sent / t_send),
+            "received": e2e["received"], "packet_hops": hops,
             "packet_hops_per_s": round(hops / args.seconds),
             "cpu_s": round(cpu, 3), "cpu_us_per_packet_hop": round(cpu / hops * 1e6, 1) if hops else None,
             "cpu_share": round(cpu / (args.seconds + 0.5), 3),
             "cpu_user_share": round((after["cpu_user_s"] - before["cpu_user_s"]) / cpu, 2) if cpu else None,
             "wakeups_per_s": round((after["wakeups"] - before["wakeups"]) / args.seconds),
-            "rss_idle_mb": round(idle_rss / 1024, 1), "rss_mb": round(rss / 1024, 1),
+            "shards": len(full.get("shards") or []) or 1,
+            "rss_mb": round((full.get("rss_bytes") or rss * 1024) / 2**20, 1),
             "rss_peak_mb": round(hwm / 1024, 1),
             "hold_error_p50_ms": round(after["hold_error"]["p50_s"] * 1e3, 3),
             "hold_error_p99_ms": round(after["hold_error"]["p99_s"] * 1e3, 3),
@@ -281,28 +318,20 @@ def run(n: int, args, tmp: Path) -> dict:
             "e2e_error_p50_ms": round(e2e["p50"] * 1e3, 3), "e2e_error_p99_ms": round(e2e["p99"] * 1e3, 3),
             "e2e_error_max_ms": round(e2e["max"] * 1e3, 3),
             "e2e_error_per_hop_p50_ms": round(e2e["p50"] * 1e3 / statistics.mean(t.depth[i] for i in leaves), 3),
-            "overflowed": sum(v["overflowed"] for v in full["queues"].values()),
-            "lost": sum(v["lost"] for v in full["queues"].values()),
+            "overflowed": sum(v["overflowed"] for v in full["queues"].values()) - drops0[0],
+            "lost": sum(v["lost"] for v in full["queues"].values()) - drops0[1],
             "kernel_drops": full["kernel_drops"], "fatal": full["fatal"],
             "timer_advance_us": round(after["timer_advance_s"] * 1e6, 1),
+            "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
         }
-        for _, s in socks:
-            s.close()
         return res
     finally:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        if proc is not None:  # what the daemon logged about late releases / kernel drops
-            with open(proc.log_path, errors="replace") as f:
-                for line in f:
-                    if "late release" in line or "FATAL" in line:
-                        print(f"# delayline: {line.rstrip()}", file=sys.stderr)
+        for _, s in socks:
+            s.close()
         if rx is not None and rx.poll() is None:
             rx.kill()
             rx.wait()
-        t0 = time.monotonic()
-        teardown(t, proc, client)
-        if t is not None:
-            print(f"# N={n}: removed in {time.monotonic() - t0:.1f} s", file=sys.stderr)
 
 
 def replay(rounds: int, per: int = 64, queues: int = 4, copy: int = 40) -> None:
@@ -364,19 +393,22 @@ def main() -> int:
     ap.add_argument("n", type=int, nargs="*", help="tree sizes, e.g. 200 1000")
     ap.add_argument("--replay", type=int, metavar="ROUNDS", help="no root: the per-packet path on fake sockets")
     ap.add_argument("--leaves", type=int, default=40)
-    ap.add_argument("--pps", type=float, default=2000)
+    ap.add_argument("--pps", type=float, nargs="+", default=[2000.0], help="aggregate send rates, one run each")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--rate-bps", type=int, default=10_000_000)
     ap.add_argument("--delay-s", type=float, default=0.005)
     ap.add_argument("--queue", type=int, default=1000)
     ap.add_argument("--rt-priority", type=int, default=50)
     ap.add_argument("--jobs", type=int, default=8, help="parallel namespace preparations")
+    ap.add_argument("--engine", choices=["auto", "c", "python"], default="auto", help="the delay line's engine")
+    ap.add_argument("--shards", type=int, help="engine processes (default: the daemon's, one per CPU)")
+    ap.add_argument("--json", type=Path, metavar="FILE", help="also write the result dict to FILE")
     args = ap.parse_args()
     if args.replay:
         replay(args.replay)
         return 0
     if not args.n:
-        ap.error("give tree sizes N, or --replay ROUNDS")
+        args.n = [200]
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
         return 2
@@ -385,11 +417,16 @@ def main() -> int:
         print(f"namespaces {PREFIX}* exist already (another run?); remove them first", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    runs = []
     with tempfile.TemporaryDirectory(prefix="bench-dl-") as d:
         for n in args.n:
-            res = run(n, args, Path(d))
-            print(json.dumps(res))
-            sys.stdout.flush()
+            runs += run(n, args, Path(d))
+    if args.json:
+        last = runs[-1] if runs else {}
+        summary = {k: last.get(k) for k in ("engine", "N", "pps", "rate_achieved_pps", "packet_hops_per_s",
+                                            "e2e_error_p50_ms", "e2e_error_p99_ms", "hold_error_p99_ms",
+                                            "cpu_us_per_packet_hop", "cpu_share", "load_before", "load_after")}
+        args.json.write_text(json.dumps({**summary, "load": last.get("load_after"), "runs": runs}, indent=1))
     return 0
 
 

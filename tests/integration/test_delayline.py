@@ -540,3 +540,41 @@ def test_reorder_sends_some_packets_without_delay(lab):
     assert seqs != sorted(seqs)
     st = lab.client.stats(["a>b"])["queues"]["a>b"]
     assert st["reordered"] - before == fast
+
+
+@pytest.mark.root
+def test_sharded_daemon_routes_control_merges_stats_and_fails_closed(lab):
+    """`shards: 2`: a's and b's queues in two engine processes behind the one control socket."""
+    five = DirParams(delay_s=0.005)
+    pair(lab, five, five)
+    lab.start(extra_config={"shards": 2})
+    info = lab.client.ping()
+    assert len(info["shards"]) == 2 and info["queues"] == 2 and info["namespaces"] == 2
+    lab.ping("a", "10.9.0.1", 2, 0.05)
+    _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
+    assert abs(statistics.median(rtts) - 0.010) <= 0.001
+    lab.client.set("a>b", DirParams(delay_s=0.025))           # a's shard
+    _, rtts = lab.ping("a", "10.9.0.1", 20, 0.05)
+    assert abs(statistics.median(rtts) - 0.030) <= 0.001
+    lab.client.cut("b>a")                                       # b's shard
+    got, _ = lab.ping("a", "10.9.0.1", 5, 0.02, wait=1)
+    assert got == 0
+    assert lab.client.heal("b>a")["was_cut"]
+    st = lab.client.stats()
+    assert set(st["queues"]) == {"a>b", "b>a"} and len(st["shards"]) == 2 and st["engine"] == lab.engine
+    assert st["kernel_drops"] == 0 and not st["fatal"] and consistent(st["queues"]["a>b"])
+    assert st["hold_error"]["count"] >= 80 and st["hold_error"]["p50_s"] < 0.001
+    assert list(lab.client.stats(["b>a"])["queues"]) == ["b>a"]
+    with pytest.raises(OrchestratorError, match="unknown id"):
+        lab.client.cut("nope")
+    os.kill(lab.dl.pid, signal.SIGKILL)                         # the router dies: its shards die with it
+    assert lab.dl.wait() == -signal.SIGKILL
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{p}") for p in info["shards"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/proc/{p}") for p in info["shards"])
+    got, _ = lab.ping("a", "10.9.0.1", 5, 0.02, wait=1)
+    assert got == 0                                             # failed closed
+    lab.remove_rules()
+    got, _ = lab.ping("a", "10.9.0.1", 5, 0.02)
+    assert got == 5

@@ -245,8 +245,8 @@ class DelayLine(EventLoop):
 
 
 def shards_wanted(config: dict, specs) -> int:
-    """Engine processes: config `shards` (or DELAYLINE_SHARDS), default the CPUs we may run on; never more than
-    the namespaces (a namespace's queues share one socket, so one process)."""
+    """Engine processes: config `shards` (or DELAYLINE_SHARDS), default half the CPUs we may run on; never more
+    than the namespaces (a namespace's queues share one socket, so one process)."""
     k = config.get("shards") or os.environ.get("DELAYLINE_SHARDS") or shards.default_shards()
     k = int(k)
     if k < 1:
