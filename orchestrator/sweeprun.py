@@ -231,6 +231,9 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
             if not is_finished(old.get(p.id, {}), root, prepared[p.id][1], opts.rerun_unfaithful)]
     if opts.parallel < 1:
         raise SpecError("--parallel must be at least 1")
+    if opts.parallel > 1 and opts.backend not in LOCAL_BACKENDS:
+        raise SpecError(f"--parallel {opts.parallel}: the {opts.backend} backend's labs share the same machines; "
+                        f"parallel points need a backend whose labs are local ({', '.join(LOCAL_BACKENDS)})")
     fits = check_fit(prepared, todo, opts.parallel, old) if opts.parallel > 1 and todo else None
     root.mkdir(parents=True, exist_ok=True)
     index = _Index(root / INDEX, header)
@@ -348,6 +351,19 @@ def launch_child(job: dict, job_file: Path, log_file: Path) -> Any:
 
 
 Launcher = Callable[[dict, Path, Path], Any]
+LOCAL_BACKENDS = ("mininet", "docker")
+
+
+def _warm_probe(opts: SweepOptions) -> None:
+    """Probe the kernel once in the parent (the result is cached per boot), so K children starting together do not
+    all probe and write the cache at once."""
+    from orchestrator import lab as labmod
+
+    if os.geteuid() == 0:
+        try:
+            labmod.probe()
+        except (OrchestratorError, OSError) as exc:
+            raise OrchestratorError(f"probing the kernel before the parallel points: {exc}") from None
 
 
 def _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, done, total, where,
@@ -360,6 +376,7 @@ def _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, d
     running: dict[int, Child] = {}
     elapsed: list[float] = []
     first_start: dict[str, float] = {}
+    _warm_probe(opts)
     restore = _interrupts_as_keyboardinterrupt()
     try:
         while queue or running:
@@ -467,9 +484,13 @@ def _stop_children(running: dict[int, Child], index, opts: SweepOptions, progres
                 res = json.loads(ch.result_file.read_text())
             except (OSError, ValueError):
                 res = {}
-            if res.get("run_dir"):
-                entry["run_dir"] = str(Path(res["run_dir"]).resolve().relative_to(index.path.parent.resolve()))
-            entry["status"] = "interrupted"
+            root = index.path.parent
+            if res.get("outcome") == "returned" and res.get("run_dir"):     # it had finished before the signal
+                _finish(entry, Path(res["run_dir"]), root, opts, progress, ch.point.id, ch.attempt)
+            else:
+                if res.get("run_dir"):
+                    entry["run_dir"] = str(Path(res["run_dir"]).resolve().relative_to(root.resolve()))
+                entry["status"] = "interrupted"
             entry["ended_at"] = time.time()
             index.save()
             try:

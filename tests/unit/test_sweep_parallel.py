@@ -129,8 +129,8 @@ class FakeProc:
 
     def send_signal(self, sig):
         self.signals.append(sig)
-        if self.code is None:
-            self._finish("interrupted")
+        if self.code is None:       # "done-at-signal": the run had ended, the child was writing its result
+            self._finish("returned" if self.outcome == "done-at-signal" else "interrupted")
 
     def kill(self):
         self.code = -9
@@ -149,6 +149,7 @@ def parallel(tmp_path, monkeypatch):
     plan = {"polls": {}, "outcome": {}}
     monkeypatch.setattr(sr, "machine", lambda: (64, 64 * GiB))
     monkeypatch.setattr(sr.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sr, "_warm_probe", lambda opts: None)
 
     def launch(job, job_file, log_file):
         job_file.write_text(json.dumps(job))
@@ -214,25 +215,29 @@ def test_parallel_failures_and_invalid_runs(parallel):
 
 def test_parallel_ctrl_c_stops_every_child_and_resume_skips_finished_points(parallel, tmp_path):
     run, log, procs, plan, _ = parallel
-    plan["polls"] = {"subgroup-1_step-1s_r0": 1, "subgroup-1_step-1s_r1": 10**6}
-    plan["outcome"] = {"subgroup-1_step-2s_r0": "ctrl-c"}      # its poll raises as a Ctrl-C would
+    plan["polls"] = {"subgroup-1_step-1s_r0": 1, "subgroup-1_step-1s_r1": 10**6, "subgroup-1_step-2s_r0": 10**6}
+    plan["outcome"] = {"subgroup-1_step-2s_r1": "ctrl-c",       # its poll raises as a Ctrl-C would
+                       "subgroup-1_step-2s_r0": "done-at-signal"}
     with pytest.raises(KeyboardInterrupt):
-        run(k=2)
+        run(k=3)
     root = tmp_path / "sw"
     data = json.loads((root / "sweep.json").read_text())
     pts = data["points"]
     assert pts["subgroup-1_step-1s_r0"]["status"] == "completed"
     assert pts["subgroup-1_step-1s_r1"]["status"] == "interrupted"
-    assert pts["subgroup-1_step-2s_r0"]["status"] == "interrupted"
+    assert pts["subgroup-1_step-2s_r1"]["status"] == "interrupted"
+    assert pts["subgroup-1_step-2s_r0"]["status"] == "completed"          # finished as the signal came: kept
+    assert pts["subgroup-1_step-2s_r0"]["fidelity"]["verdict"] in ("faithful", "unjudged")
     assert procs["subgroup-1_step-1s_r1"].signals == [signal.SIGINT]       # one SIGINT each, nothing more
-    assert procs["subgroup-1_step-2s_r0"].signals == [signal.SIGINT]
-    assert set(pts) == {"subgroup-1_step-1s_r0", "subgroup-1_step-1s_r1", "subgroup-1_step-2s_r0"}
+    assert procs["subgroup-1_step-2s_r1"].signals == [signal.SIGINT]
+    assert set(pts) == {"subgroup-1_step-1s_r0", "subgroup-1_step-1s_r1", "subgroup-1_step-2s_r0",
+                        "subgroup-1_step-2s_r1"}
 
     plan["polls"], plan["outcome"] = {}, {}
     log.clear()
     _, data = run(k=2)
     started = [x[1] for x in log if x[0] == "start"]
-    assert "subgroup-1_step-1s_r0" not in started and len(started) == 7
+    assert "subgroup-1_step-1s_r0" not in started and "subgroup-1_step-2s_r0" not in started and len(started) == 6
     assert {data["points"][p]["status"] for p in data["selected"]} == {"completed"}
 
 
@@ -287,3 +292,10 @@ def test_child_main_runs_one_point_and_reports(tmp_path, monkeypatch):
     (tmp_path / "job.json").write_text(json.dumps({**job, "experiment": "interrupt.yaml"}))
     assert sr.child_main(tmp_path / "job.json") == 130
     assert json.loads((tmp_path / "res.json").read_text())["outcome"] == "interrupted"
+
+
+def test_parallel_needs_a_local_backend(parallel):
+    run, log, *_ = parallel
+    with pytest.raises(SpecError, match="--parallel 2: the hosts backend's labs share the same machines"):
+        run(k=2, backend="hosts")
+    assert log == []
