@@ -325,7 +325,9 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     - `lag_p99_ms`: the larger of the two lags.
 
     `verdict` is `unfaithful` when a judge exceeds its threshold (`reasons` says which), `faithful` when at least
-    one judge was measured and none exceeds, `unjudged` when nothing could be measured."""
+    one judge was measured and none exceeds, `unjudged` when nothing could be measured. `delayline_cores` and
+    `delayline_pkts_per_s` (over the daemon's uptime) tell the next `sweep --parallel` what a point's delay line
+    costs."""
     from pathlib import Path
 
     d = Path(run_dir)
@@ -372,7 +374,8 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     out["reasons"] = reasons
     out["verdict"] = ("unfaithful" if reasons else
                       "faithful" if out["hold_p99_ms"] is not None or out["lag_p99_ms"] is not None else "unjudged")
-    cpu, up = dl.get("cpu_s"), dl.get("uptime_s")
-    out["delayline_cores"] = cpu / up if isinstance(cpu, (int, float)) and isinstance(up, (int, float)) and up > 0 \
-        else None
+    cpu, up, pkts = dl.get("cpu_s"), dl.get("uptime_s"), dl.get("packets")
+    timed = isinstance(up, (int, float)) and up > 0
+    out["delayline_cores"] = cpu / up if timed and isinstance(cpu, (int, float)) else None
+    out["delayline_pkts_per_s"] = pkts / up if timed and isinstance(pkts, (int, float)) else None
     return out

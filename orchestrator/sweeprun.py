@@ -184,10 +184,11 @@ def machine() -> tuple[int, int]:
 def check_fit(prepared: dict[str, tuple[dict, str]], todo: list[sw.Point], k: int, old_points: dict) -> sw.Fit:
     """Refuse (SpecError, exit 2) K points at once that would not fit this machine. The delay line's load is taken
     from the points of this sweep that ran before (their tc/delayline.json), when there are any."""
-    measured = [e["fidelity"]["delayline_cores"] for e in old_points.values()
-                if isinstance(e.get("fidelity"), dict) and e["fidelity"].get("delayline_cores") is not None]
-    dl = max(measured) if measured else None
-    needs = [sw.point_need(prepared[p.id][0], delayline_cores=dl) for p in todo]
+    judged = [e["fidelity"] for e in old_points.values() if isinstance(e.get("fidelity"), dict)]
+    cores_ = [j["delayline_cores"] for j in judged if j.get("delayline_cores") is not None]
+    rates = [j["delayline_pkts_per_s"] for j in judged if j.get("delayline_pkts_per_s") is not None]
+    dl, rate = (max(cores_) if cores_ else None), (max(rates) if rates else None)
+    needs = [sw.point_need(prepared[p.id][0], pkt_hops_per_s=rate, delayline_cores=dl) for p in todo]
     cores, mem = machine()
     f = sw.fit(needs, k, cores, mem)
     if not f.ok:

@@ -19,7 +19,8 @@ def run_dir(tmp: Path, hold_p99_s: float | None = 0.0001, start_lags_ms: list[fl
                                                  **({"schedule": manifest_schedule} if manifest_schedule else {})}))
     if hold_p99_s is not None:
         (d / "tc" / "delayline.json").write_text(json.dumps(
-            {"hold_error": {"count": 500, "p50_s": 0.00005, "p99_s": hold_p99_s}, "cpu_s": 3.0, "uptime_s": 60.0}))
+            {"hold_error": {"count": 500, "p50_s": 0.00005, "p99_s": hold_p99_s}, "cpu_s": 3.0, "uptime_s": 60.0,
+             "packets": 6000}))
     members = list(start_lags_ms) + ([500.0] if joiner else [])
     for i, lag in enumerate(members):
         name = f"h{i}"
@@ -49,7 +50,7 @@ def test_a_run_within_the_thresholds_is_faithful(tmp_path):
     assert j["hold_p99_ms"] == pytest.approx(0.1)
     assert j["start_lag_p99_ms"] == pytest.approx(2.0, abs=1e-3)
     assert j["schedule_lag_p99_ms"] == 3.0 and j["lag_p99_ms"] == 3.0
-    assert j["delayline_cores"] == pytest.approx(0.05)
+    assert j["delayline_cores"] == pytest.approx(0.05) and j["delayline_pkts_per_s"] == pytest.approx(100)
 
 
 def test_a_late_delay_line_or_late_timers_make_a_run_unfaithful(tmp_path):

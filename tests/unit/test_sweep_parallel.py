@@ -299,3 +299,17 @@ def test_parallel_needs_a_local_backend(parallel):
     with pytest.raises(SpecError, match="--parallel 2: the hosts backend's labs share the same machines"):
         run(k=2, backend="hosts")
     assert log == []
+
+
+def test_the_fit_check_uses_the_delay_line_load_measured_by_earlier_points(monkeypatch):
+    monkeypatch.setattr(sr, "machine", lambda: (2, 8 * GiB))
+    doc = {"topology": {"nodes": 8}}
+    pts = [sw.Point(f"p{i}", (), 0) for i in range(4)]
+    prepared = {p.id: (doc, "d") for p in pts}
+    assert sr.check_fit(prepared, pts, 3, {}).ok                       # 3 x 0.26 cores
+    old = {"p0": {"fidelity": {"delayline_cores": 0.5, "delayline_pkts_per_s": 2000.0}}, "p1": {"fidelity": None}}
+    with pytest.raises(SpecError, match=r"the largest K that fits is 2 .*delay line 0.50"):
+        sr.check_fit(prepared, pts, 3, old)                             # 3 x 0.76 cores > 1.6
+    # only a packet rate known: 20 000 packet-hops/s x 56 us = 1.12 cores per point
+    with pytest.raises(SpecError, match=r"the largest K that fits is 1 "):
+        sr.check_fit(prepared, pts, 2, {"p0": {"fidelity": {"delayline_pkts_per_s": 20000.0}}})
