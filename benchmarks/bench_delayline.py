@@ -11,9 +11,9 @@ direction (2 (N-1) queues, one process), sends `--pps` UDP packets/s (100 B IP) 
 daemon's hold error (actual - scheduled release, p50/p99/max), the end-to-end one-way delay error seen by the
 receiver (against depth x (delay + serialisation)), losses and kernel drops. Everything is removed afterwards,
 also on Ctrl-C / SIGTERM. `--pps` takes several rates (one tree, one run per rate, rising); `--engine` picks the
-delay line's engine (config `engine`), `--shards` its processes (config `shards`); `--json FILE` also writes the result dict (`runs`: one object per N and
-rate; at the top level the last run's rate achieved, packet-hops/s, one-way error p50/p99, CPU us per packet-hop,
-and the load average). Without N it runs N=200 (what benchmarks/bench_scale.py calls: `--json FILE` alone).
+delay line's engine (config `engine`), `--shards` its processes (config `shards`); `--json FILE` also writes
+the result dict (`runs`: one object per N and rate; at the top level the last run's rate achieved, packet-hops/s,
+one-way error p50/p99, CPU us per packet-hop, and the load average). Without N it runs N=200 (what benchmarks/bench_scale.py calls: `--json FILE` alone).
 
     python benchmarks/bench_delayline.py --replay ROUNDS
 
@@ -21,6 +21,9 @@ No root, no namespaces: the daemon's userspace per-packet path (parse, model, he
 fake sockets, ROUNDS wake-ups of 64 packets (100 B, 4 queues, 10 Mbit/s + 5 ms) five times; prints the CPU time
 per packet of each repetition. Its load-independent measure: run it under `valgrind --tool=callgrind` with two
 ROUNDS values; (instructions(R2) - instructions(R1)) / (5 * 64 * (R2 - R1)) is the cost of one packet.
+`--replay ROUNDS --engine c`: the same for the compiled engine, which reads and writes a real fd (a datagram
+socketpair stands in for netlink, so its number includes two send/recv pairs per 64 packets; python's fake socket
+makes no system call).
 """
 from __future__ import annotations
 
@@ -334,8 +337,8 @@ def measure(t: Tree, proc, client, specs, pps: float, args, setup: dict) -> dict
             rx.wait()
 
 
-def replay(rounds: int, per: int = 64, queues: int = 4, copy: int = 40) -> None:
-    from orchestrator.shaping.delayline.daemon import DelayLine
+def replay(rounds: int, per: int = 64, queues: int = 4, copy: int = 40, engine: str = "python") -> None:
+    from orchestrator.shaping.delayline.daemon import CDelayLine, DelayLine
     from orchestrator.shaping.delayline.loop import Direction, Namespace
 
     def attr(t: int, p: bytes) -> bytes:
@@ -363,19 +366,42 @@ def replay(rounds: int, per: int = 64, queues: int = 4, copy: int = 40) -> None:
         def send(self, data):
             return len(data)
 
-    dl = DelayLine({"control": "/nonexistent", "queues": [], "copy_range": copy})
+    c = engine == "c"
+    dl = (CDelayLine if c else DelayLine)({"control": "/nonexistent", "queues": [], "copy_range": copy})
     ns = Namespace.__new__(Namespace)
     ns.key, ns.path, ns.fd, ns.statfd, ns.t_empty = ("replay",), "/replay", -1, -1, 0.0
     ns.nl = type("Nl", (), {"sock": Sock(), "backlog": []})()
     ns.dirs, ns.pending, ns.baseline, ns.reported = {}, [], {}, {}
+    if c:  # the C engine reads and writes a real fd: a datagram socketpair stands in for netlink
+        kern, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        for s in (kern, ours):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        kern.setblocking(False)
+        ns.fd = ours.fileno()
+        dl._ns_added(ns)
     params = DirParams(rate_bps=10_000_000, delay_s=0.005, queue_pkts=1000)
     for q in range(queues):
-        d = Direction(QueueSpec(f"q{q}", "/replay", q, params), ns, None)
+        spec = QueueSpec(f"q{q}", "/replay", q, params)
+        d = dl._new_direction(spec, ns) if c else Direction(spec, ns, None)
         ns.dirs[q] = dl.dirs[d.id] = d
     t, out = 1000.0, []
     for _ in range(5):
         c0 = time.process_time()
         for _ in range(rounds):
+            if c:
+                kern.send(chunk)
+                dl._read_ns(ns, t)
+                dl._flush()
+                dl._release(t + 0.015)
+                dl._flush()
+                while True:  # the verdicts (two datagrams per round)
+                    try:
+                        kern.recv(1 << 16)
+                    except BlockingIOError:
+                        break
+                t += 1.0
+                continue
             ns.nl.sock.left = 1
             dl._read_ns(ns, t)
             dl._flush()
@@ -384,7 +410,7 @@ def replay(rounds: int, per: int = 64, queues: int = 4, copy: int = 40) -> None:
             t += 1.0
         out.append((time.process_time() - c0) / (rounds * per) * 1e6)
     assert sum(d.accepted for d in dl.dirs.values()) == 5 * rounds * per
-    print(json.dumps({"replay_rounds": rounds, "packets": 5 * rounds * per,
+    print(json.dumps({"engine": engine, "replay_rounds": rounds, "packets": 5 * rounds * per,
                       "cpu_us_per_packet": [round(x, 3) for x in out]}))
 
 
@@ -405,7 +431,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the result dict to FILE")
     args = ap.parse_args()
     if args.replay:
-        replay(args.replay)
+        replay(args.replay, engine="c" if args.engine == "c" else "python")
         return 0
     if not args.n:
         args.n = [200]

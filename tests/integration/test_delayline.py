@@ -567,6 +567,9 @@ def test_sharded_daemon_routes_control_merges_stats_and_fails_closed(lab):
     assert list(lab.client.stats(["b>a"])["queues"]) == ["b>a"]
     with pytest.raises(OrchestratorError, match="unknown id"):
         lab.client.cut("nope")
+    os.kill(info["shards"][1], signal.SIGKILL)                  # a shard dies: fatal, as a dead daemon
+    with pytest.raises(DelayLineDied, match="shard 1"):
+        lab.client.ping()
     os.kill(lab.dl.pid, signal.SIGKILL)                         # the router dies: its shards die with it
     assert lab.dl.wait() == -signal.SIGKILL
     deadline = time.monotonic() + 5
