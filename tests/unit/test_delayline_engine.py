@@ -205,3 +205,26 @@ def test_shards_merge_the_histogram_exactly():
     whole = r.merge_stats([answer(samples)])
     split = r.merge_stats([answer(samples[:1234]), answer(samples[1234:])])
     assert whole["hold_error"] == split["hold_error"] and split["packets"] == 5000 and split["cpu_s"] == 2.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(msgs=st.lists(st.tuples(st.integers(0, 65535), st.integers(0, 2**32 - 1), st.integers(20, 65535),
+                               st.integers(0, 80), st.lists(st.binary(max_size=9), max_size=3),
+                               st.sampled_from([0, 0, -22])), min_size=1, max_size=8),
+       copy_range=st.sampled_from([20, 40, 64]), tail=st.integers(0, 15))
+def test_parser_agrees_with_the_python_parser_on_random_messages(msgs, copy_range, tail):
+    from tests.unit.test_delayline_wire import attr
+    m = cengine.load()
+    buf = b""
+    for qnum, pkt_id, total, copied, extra, err in msgs:
+        copied = min(copied, copy_range)
+        payload = ipv4(total, copied) if copied >= 4 else b"\x45" * copied
+        buf += packet_msg(qnum, pkt_id, payload, cap_len=total,
+                          extra=b"".join(attr(20 + i, x) for i, x in enumerate(extra)))
+        if err:
+            buf += error_msg(err)
+    n = len(buf) + tail                                   # a few bytes of a next header: ignored by both
+    padded = bytearray(buf) + bytes(64)
+    q, i, ln = m.ffi.new("int[16]"), m.ffi.new("uint32_t[16]"), m.ffi.new("int[16]")
+    k = m.lib.engine_parse(m.ffi.from_buffer(padded), n, copy_range, q, i, ln, 16)
+    assert [(q[j], i[j], ln[j]) for j in range(k)] == nfq.packet_parser(copy_range)(padded, n)[0]
