@@ -1,7 +1,8 @@
 """Where the delay line's end-to-end p99 comes from (issue #21, "First find the tail"; needs root).
 
     python benchmarks/bench_tail.py [--n 200] [--pps 2000] [--seconds 5] [--phases idle,busy,busy-nort]
-                                    [--rules postrouting|forward] [--stamp daemon|kernel] [--rev HEAD] [--json FILE]
+                                    [--rules own|forward] [--stamp daemon|kernel] [--engine python|c]
+                                    [--rev HEAD] [--repo DIR] [--json FILE]
 
 bench_delayline.py's workload (its tree of N namespaces, every link direction 10 Mbit/s + 5 ms + queue 1000,
 `--pps` 100 B UDP packets/s round-robin from the 40 deepest leaves to the root), run on the delay line of git
@@ -23,14 +24,17 @@ the next namespace forwards the released packet inside that send), the end-to-en
 | `delivery` | kernel receive timestamp at the receiver - start of the last verdict send() |
 | `rx_read` | the receiver's read - kernel receive timestamp |
 
-and, for information, `send_syscall` (sendto() return - stamp), `read_lag` (recv() return - t_in),
+and, for information, `sender_lag` (the sender's stamp - when its schedule said to send: a late sender sends
+the missed packets back to back, and the link model queues that burst, correctly), `send_syscall` (sendto()
+return - stamp), `read_lag` (recv() return - t_in),
 `hop1_queue_wait` (recv() return - sendto() return) and `verdict_send` (the send()'s duration). Each is
 reported as p50/p99 over packets (sums over the packet's hops), plus its mean among the packets of the e2e tail
 (e2e >= its p99). Phases: `idle` (nothing added), `busy` (a CPU hog at normal priority: the other core busy),
 `busy-nort` (the hog, and the sender and receiver at normal priority instead of SCHED_FIFO 40). The machine's
 load average is printed with every phase.
 
-`--rules forward` queues in mangle FORWARD + OUTPUT instead of the delay line's POSTROUTING: forwarded packets
+`--rules forward` queues in mangle FORWARD + OUTPUT instead of the revision's own rules (POSTROUTING before the
+fix of docs/delayline-tail.md): forwarded packets
 then reach the daemon with the kernel's receive timestamp (NFQA_TIMESTAMP; at POSTROUTING the kernel has
 cleared it), which adds `kernel_queue_wait` (recv() return - that timestamp), `stamp_minus_kernel` and
 `forward_path` (timestamp - previous verdict send() start). `--stamp kernel` (with it) is the proposed fix,
@@ -66,8 +70,8 @@ COPY_RANGE = 64          # IP 20 + UDP 8 + the 16-byte header (seq, stamp) of ou
 RT_TOOLS = 40
 PHASE_SHIFT = 40         # seq = phase << 40 | n
 COMPONENTS = ("stamp_error", "model_queue", "hold_error", "release_to_send", "delivery", "rx_read")
-INFO = ("send_syscall", "read_lag", "hop1_queue_wait", "verdict_send", "kernel_queue_wait", "stamp_minus_kernel",
-        "forward_path")
+INFO = ("sender_lag", "send_syscall", "read_lag", "hop1_queue_wait", "verdict_send", "kernel_queue_wait",
+        "stamp_minus_kernel", "forward_path")
 
 
 # ------------------------------------------------------------------------------------------------ pure parts
@@ -120,7 +124,8 @@ def render_rules_forward(queues) -> str:
     return "\n".join(lines + ["COMMIT", ""])
 
 
-def decompose(hops: list[tuple], t_app: float, t_sent: float, krx: float, t_read: float, nominal: float) -> dict:
+def decompose(hops: list[tuple], t_app: float, t_sent: float, krx: float, t_read: float, nominal: float,
+              t_due: float | None = None) -> dict:
     """One packet's components (seconds). `hops`: per hop, in path order, (t_recv, stamp, t_sched, t_release,
     send_start, send_end, kernel timestamp or None). The components in COMPONENTS add up to `e2e`; the kernel's
     queue timestamp (when present) splits the read lag into forward path + kernel queue wait."""
@@ -142,6 +147,7 @@ def decompose(hops: list[tuple], t_app: float, t_sent: float, krx: float, t_read
     c["delivery"] = krx - t_in
     c["rx_read"] = t_read - krx
     c["send_syscall"] = t_sent - t_app
+    c["sender_lag"] = t_app - t_due if t_due is not None else 0.0
     c["hop1_queue_wait"] = hops[0][0] - t_sent if hops else 0.0
     c["e2e"] = t_read - t_app - len(hops) * nominal
     return c
@@ -159,6 +165,27 @@ def report(rows: list[dict]) -> dict:
         s = sorted(r[k] for r in rows)
         out[k] = {"p50_ms": round(bf.percentile(s, 0.5) * 1e3, 3), "p99_ms": round(bf.percentile(s, 0.99) * 1e3, 3),
                   "tail_mean_ms": round(sum(r[k] for r in tail) / len(tail) * 1e3, 3)}
+    return out
+
+
+def external(pkts, nominal: float) -> dict:
+    """What is seen without looking inside the daemon, per packet (depth, t_app_ns, t_sent_ns, t_due, krx_ns,
+    read_ns): `e2e_read` (bench_delayline.py's measure: read - stamp - depth x nominal), `e2e_kernel` (the kernel's
+    receive time instead of the read), `sender_lag`, `send_syscall`, `rx_read`; p50/p99 in ms."""
+    cols: dict[str, list[float]] = {k: [] for k in ("e2e_read", "e2e_kernel", "sender_lag", "send_syscall",
+                                                   "rx_read")}
+    for depth, ta, ts, due, krx, rd in pkts:
+        cols["e2e_read"].append((rd - ta) / 1e9 - depth * nominal)
+        cols["sender_lag"].append(ta / 1e9 - due)
+        cols["send_syscall"].append((ts - ta) / 1e9)
+        if krx:
+            cols["e2e_kernel"].append((krx - ta) / 1e9 - depth * nominal)
+            cols["rx_read"].append((rd - krx) / 1e9)
+    out: dict = {"packets": len(pkts)}
+    for k, xs in cols.items():
+        s = sorted(xs)
+        out[k] = {"p50_ms": round(bf.percentile(s, 0.5) * 1e3, 3) if s else None,
+                  "p99_ms": round(bf.percentile(s, 0.99) * 1e3, 3) if s else None}
     return out
 
 
@@ -224,8 +251,12 @@ def traced_daemon(snap: str, out: str, stamp: str, argv: list[str]) -> int:
                 admits.append((key, pkt[0], pkt[1], seq, tn, t, st))
             return
         o_admit(self, ns, pkts, now)
-        for (q, pid, _len), (seq, tn) in zip(pkts, info):
-            admits.append((key, q, pid, seq, tn, t, now))
+        off = getattr(self, "rt_offset", None)   # a revision that admits at the kernel's time (the fix)
+        for pkt, (seq, tn) in zip(pkts, info):
+            st = now
+            if off is not None and len(pkt) > 3 and pkt[3] and pkt[3] - off < now:
+                st = pkt[3] - off
+            admits.append((key, pkt[0], pkt[1], seq, tn, t, st))
 
     def release(self, now):
         horizon = now + self.advance
@@ -253,11 +284,11 @@ def traced_daemon(snap: str, out: str, stamp: str, argv: list[str]) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ the run
-def export_rev(rev: str, dest: Path) -> str:
+def export_rev(rev: str, dest: Path, repo: Path = REPO) -> str:
     """`git archive` the delay line, the node's netns helper and bench_delayline.py of `rev` into dest."""
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True,
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", rev], capture_output=True, text=True,
                             check=True).stdout.strip()
-    ar = subprocess.Popen(["git", "-C", str(REPO), "archive", "--format=tar", rev, "orchestrator",
+    ar = subprocess.Popen(["git", "-C", str(repo), "archive", "--format=tar", rev, "orchestrator",
                            "node_image/gossipnode", "benchmarks/bench_delayline.py"], stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", str(dest)], stdin=ar.stdout, check=True)
     ar.stdout.close()
@@ -270,7 +301,10 @@ def run(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-tail-"))
     snap = tmp / "snap"
     snap.mkdir()
-    commit = export_rev(args.rev, snap)
+    commit = export_rev(args.rev, snap, args.repo)
+    builder = snap / "orchestrator" / "shaping" / "delayline" / "build_engine.py"
+    if args.engine == "c" and builder.exists():   # the revision's compiled engine, built in the snapshot
+        subprocess.run([sys.executable, str(builder)], check=True, capture_output=True)
     sys.path[:0] = [str(snap / "benchmarks"), str(snap), str(snap / "node_image")]
     import bench_delayline as bd  # the revision's: its tree, its preparation of namespaces
 
@@ -293,6 +327,9 @@ def run(args) -> dict:
         specs, per_ns = bd.queues(t, params)
         cfg = render_config(specs, control=str(tmp / "dl.sock"))
         cfg["copy_range"] = COPY_RANGE
+        if args.engine:    # revisions with engines (#21): only the python engine, unsharded, is traced inside
+            cfg["engine"] = args.engine
+            cfg["shards"] = args.shards
         (tmp / "dl.json").write_text(json.dumps(cfg))
         trace = tmp / "trace.json"
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--traced-daemon", str(snap),
@@ -304,8 +341,8 @@ def run(args) -> dict:
         client = DelayLineClient(str(tmp / "dl.sock"), timeout=60)
         from concurrent.futures import ThreadPoolExecutor
         def prepare(i: int) -> None:
-            if args.rules == "postrouting":
-                bd.prepare_ns(t.ns(i), per_ns[i])      # the delay line's own rules
+            if args.rules == "own":
+                bd.prepare_ns(t.ns(i), per_ns[i])      # the revision's own rules
             else:
                 bd.netns.disable_offloads(t.ns(i), [f for f, _ in per_ns[i]])
                 bd.netns.iptables_restore(t.ns(i), render_rules_forward(per_ns[i]))
@@ -323,14 +360,15 @@ def run(args) -> dict:
         if rx.stdout.readline().strip() != "bound":
             raise RuntimeError("receiver did not start")
         pad = b"\0" * (bf.PAYLOAD - bf.HDR.size)
-        sent_log: dict[int, tuple[int, int, int]] = {}   # seq -> (leaf, t_app_ns, t_sent_ns)
+        sent_log: dict[int, tuple[int, int, int, float]] = {}   # seq -> (leaf, t_app_ns, t_sent_ns, t_due)
 
         def send_for(seconds: float, seq0: int, log: bool) -> int:
             mono, mono_ns, pack = time.monotonic, time.monotonic_ns, bf.HDR.pack
             sent, k, start = 0, 0, mono()
             total = int(seconds * args.pps)
             while sent < total:
-                d = start + sent / args.pps - mono()
+                due = start + sent / args.pps
+                d = due - mono()
                 if d > 0:
                     time.sleep(d)
                 leaf, s = leaves[k], socks[k]
@@ -338,7 +376,7 @@ def run(args) -> dict:
                 ta = mono_ns()
                 s.sendto(pack(seq0 + sent, ta) + pad, dst)
                 if log:
-                    sent_log[seq0 + sent] = (leaf, ta, mono_ns())
+                    sent_log[seq0 + sent] = (leaf, ta, mono_ns(), due)
                 sent += 1
             return sent
 
@@ -397,8 +435,11 @@ def run(args) -> dict:
         res["nfq_timestamp_present"] = nfq_ts
         nominal = args.delay_s + (100 + 14) * 8 / args.rate_bps
         for pi, ph in enumerate(phases, start=1):
+            res["phases"][ph]["external"] = external(
+                [(t.depth[leaf], ta, ts, due) + recv[seq] for seq, (leaf, ta, ts, due) in sent_log.items()
+                 if seq >> PHASE_SHIFT == pi and seq in recv], nominal)
             rows, incomplete = [], 0
-            for seq, (leaf, ta, ts) in sent_log.items():
+            for seq, (leaf, ta, ts, due) in sent_log.items():
                 if seq >> PHASE_SHIFT != pi:
                     continue
                 h = sorted(hops.get(seq, []))
@@ -406,7 +447,7 @@ def run(args) -> dict:
                     incomplete += 1
                     continue
                 krx, rd = recv[seq]
-                rows.append(decompose(h, ta / 1e9, ts / 1e9, krx / 1e9, rd / 1e9, nominal))
+                rows.append(decompose(h, ta / 1e9, ts / 1e9, krx / 1e9, rd / 1e9, nominal, due))
             res["phases"][ph].update(report(rows))
             res["phases"][ph]["incomplete"] = incomplete
             sums = [abs(sum(r[k] for k in COMPONENTS) - r["e2e"]) for r in rows]
@@ -448,11 +489,15 @@ def main() -> int:
     ap.add_argument("--rate-bps", type=int, default=10_000_000)
     ap.add_argument("--delay-s", type=float, default=0.005)
     ap.add_argument("--phases", default="idle,busy,busy-nort")
-    ap.add_argument("--rules", choices=("postrouting", "forward"), default="postrouting",
-                    help="the delay line's rules (POSTROUTING) or FORWARD+OUTPUT ones (kernel queue timestamps)")
+    ap.add_argument("--rules", choices=("own", "forward"), default="own",
+                    help="the revision's own rules (POSTROUTING before the fix) or FORWARD+OUTPUT ones")
     ap.add_argument("--stamp", choices=("daemon", "kernel"), default="daemon",
                     help="kernel: admit packets at their NFQA_TIMESTAMP (the proposed fix; needs --rules forward)")
+    ap.add_argument("--engine", choices=("python", "c"), help="config engine (revisions that have engines); only "
+                    "python is traced inside, c gives the external measures only")
+    ap.add_argument("--shards", type=int, default=1, help="config shards, with --engine")
     ap.add_argument("--rev", default="HEAD", help="git revision whose delay line is measured")
+    ap.add_argument("--repo", type=Path, default=REPO, help="the git repository of --rev (e.g. a clone with a fix)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if os.geteuid() != 0:

@@ -151,6 +151,8 @@ def test_decompose_components_add_up_to_the_end_to_end_error():
     assert c["kernel_queue_wait"] == pytest.approx(1.0059 - 1.0057)
     assert c["stamp_minus_kernel"] == pytest.approx(1.0058 - 1.0057)
     assert c["forward_path"] == pytest.approx(1.0057 - 1.0056)
+    assert c["sender_lag"] == 0.0
+    assert bt.decompose(hops, 1.0, 1.00005, 1.0112, 1.0115, nominal, t_due=0.999)["sender_lag"] == pytest.approx(0.001)
 
 
 def test_report_tail_means():
