@@ -3,6 +3,10 @@
     manifest.json  plan.json  fidelity.json  orchestrator.log
     configs/<node>.json  events/<node>.jsonl  events/orchestrator.jsonl  logs/<node>.log
     pcaps/<node>-<if>.pcap  tc/<node>.json
+    packs/pack-K.txt  logs/pack-K.log          (packed members: the configs of pack K, its process's output)
+
+The manifest's `packing` says how the members ran: {"mode": "process" | "packed", "members_per_process",
+"processes", "reason"} (orchestrator/backends/packing.py decides it; benchmarks/bench_scale.py reads it).
 
 `RunDir` creates it, writes the plan and the configs, keeps the manifest (written atomically), the orchestrator's
 log and its event log; `versions()` is what every manifest records about the software. No backend code here.
