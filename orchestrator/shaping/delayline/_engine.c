@@ -6,6 +6,9 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,6 +228,7 @@ typedef struct {
 } hent;
 
 typedef struct {
+    double t_empty;
     int fd, used, dirty;
     uint8_t *pend;
     size_t plen, pcap;
@@ -250,6 +254,11 @@ struct dl_engine {
     int late;
     double late_err;
     int late_ns, late_qnum;
+    /* the C event loop (engine_loop_init / engine_run) */
+    int epfd, tfd, pyfd;
+    double advance, advance_max, advance_step, armed, t_flushed, t_wait, t_wake, t_prev;
+    int64_t wakeups;
+    int flush_failed, flush_ns, flush_errno;
 };
 
 static double mono(void) {
@@ -269,6 +278,8 @@ dl_engine *engine_new(int copy_range) {
     }
     e->hist_max = -INFINITY;
     e->hist_min = INFINITY;
+    e->epfd = e->tfd = e->pyfd = -1;
+    e->armed = NAN;
     return e;
 }
 
@@ -282,7 +293,17 @@ void engine_free(dl_engine *e) {
     free(e->dirty);
     free(e->heap);
     free(e->buf);
+    if (e->epfd >= 0) close(e->epfd);
+    if (e->tfd >= 0) close(e->tfd);
     free(e);
+}
+
+#define EV_TIMER UINT64_MAX
+#define EV_PY (UINT64_MAX - 1)
+
+static int ep_add(dl_engine *e, int fd, uint64_t data) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = data};
+    return epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
 int engine_add_ns(dl_engine *e, int fd) {
@@ -305,11 +326,13 @@ int engine_add_ns(dl_engine *e, int fd) {
     memset(&e->ns[i], 0, sizeof e->ns[i]);
     e->ns[i].fd = fd;
     e->ns[i].used = 1;
+    if (e->epfd >= 0 && ep_add(e, fd, (uint64_t)i) != 0) return -1;
     return i;
 }
 
 void engine_remove_ns(dl_engine *e, int i) {
     dl_ns *n = &e->ns[i];
+    if (e->epfd >= 0) epoll_ctl(e->epfd, EPOLL_CTL_DEL, n->fd, NULL);
     for (int k = 0; k < e->ndirty; k++)
         if (e->dirty[k] == i) {
             e->dirty[k] = e->dirty[--e->ndirty];
@@ -632,7 +655,11 @@ int64_t engine_dispose(dl_engine *e, dl_link *l, int64_t gen, int v) {
 
 int engine_pending(dl_engine *e) { return e->ndirty; }
 
-int engine_flush(dl_engine *e, int *failed_ns, int *failed_errno) {
+static int flush_all(dl_engine *e, int *failed_ns, int *failed_errno);
+
+int engine_flush(dl_engine *e, int *failed_ns, int *failed_errno) { return flush_all(e, failed_ns, failed_errno); }
+
+static int flush_all(dl_engine *e, int *failed_ns, int *failed_errno) {
     int failed = 0;
     for (int k = 0; k < e->ndirty; k++) {
         dl_ns *n = &e->ns[e->dirty[k]];
@@ -708,4 +735,150 @@ int engine_take_late(dl_engine *e, double *err, int *ns, int *qnum) {
 int engine_last_error(dl_engine *e, int *ns) {
     *ns = e->last_err_ns;
     return e->last_errno;
+}
+
+/* ------------------------------------------------------------------------------------------------ the C loop */
+int engine_loop_init(dl_engine *e, int pyfd, double advance, double advance_max, double advance_step) {
+    e->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (e->epfd < 0) return -errno;
+    e->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (e->tfd < 0) return -errno;
+    if (ep_add(e, e->tfd, EV_TIMER) != 0 || ep_add(e, pyfd, EV_PY) != 0) return -errno;
+    e->pyfd = pyfd;
+    for (int i = 0; i < e->nns; i++)
+        if (e->ns[i].used && ep_add(e, e->ns[i].fd, (uint64_t)i) != 0) return -errno;
+    e->advance = advance;
+    e->advance_max = advance_max;
+    e->advance_step = advance_step;
+    e->t_prev = mono();
+    return 0;
+}
+
+static void arm(dl_engine *e, double t) {
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    if (!isnan(t)) {
+        time_t sec = (time_t)t;
+        its.it_value.tv_sec = sec;
+        its.it_value.tv_nsec = (long)((t - (double)sec) * 1e9);
+        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
+    }
+    timerfd_settime(e->tfd, isnan(t) ? 0 : TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+#define MAX_EVENTS 256
+
+/* loop.py's _dispatch for the namespaces: stamp = when the first waiting packet most likely reached the queue */
+static int dispatch(dl_engine *e, struct epoll_event *evs, int n, double now, double slept_since, double after,
+                    int *py_ready) {
+    for (int k = 0; k < n; k++) {
+        uint64_t d = evs[k].data.u64;
+        if (d == EV_TIMER) continue;
+        if (d == EV_PY) {
+            *py_ready = 1;
+            continue;
+        }
+        int i = (int)d;
+        if (i >= e->nns || !e->ns[i].used) continue;
+        double stamp, t;
+        if (!isnan(slept_since)) {
+            t = now - e->advance;
+            stamp = t > slept_since ? t : slept_since;
+        } else {
+            t = e->t_flushed;
+            if (e->ns[i].t_empty > t) t = e->ns[i].t_empty;
+            if (after > t) t = after;
+            stamp = t < now ? t : now;
+        }
+        int r = engine_read(e, i, stamp, &e->ns[i].t_empty);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+static void flush_checked(dl_engine *e) {
+    int fns = 0, ferr = 0;
+    if (flush_all(e, &fns, &ferr) && !e->flush_failed) {
+        e->flush_failed = 1;
+        e->flush_ns = fns;
+        e->flush_errno = ferr;
+    }
+}
+
+/* Serve wake-ups until Python has work (its epoll fd is ready: 1) or `until` passed (0: housekeeping); <0: -errno.
+   One iteration is loop.py's EventLoop.run body, step for step. */
+int engine_run(dl_engine *e, double until) {
+    struct epoll_event evs[MAX_EVENTS];
+    for (;;) {
+        double t_poll = mono();
+        double left = until - t_poll;
+        int ms = left > 0 ? (int)ceil(left * 1e3) : 0;
+        int n = epoll_wait(e->epfd, evs, MAX_EVENTS, ms);
+        if (n < 0) {
+            if (errno != EINTR) return -errno;
+            n = 0;
+        }
+        e->wakeups++;
+        double now = mono();
+        e->t_wait = t_poll;
+        e->t_wake = now;
+        double advance = e->advance;
+        int fired = 0, py_ready = 0;
+        for (int k = 0; k < n; k++)
+            if (evs[k].data.u64 == EV_TIMER) {
+                fired = 1;
+                if (now - e->armed > advance) {
+                    advance += e->advance_step;
+                    if (advance > e->advance_max) advance = e->advance_max;
+                } else {
+                    advance -= e->advance_step;
+                    if (advance < 0) advance = 0;
+                }
+                e->advance = advance;
+                break;
+            }
+        if (e->hlen && e->heap[0].t <= now + advance) engine_release(e, now, now + advance);
+        int r = dispatch(e, evs, n, now, (now - t_poll > 20e-6 && !fired) ? t_poll : NAN, e->t_prev, &py_ready);
+        if (r < 0) return r;
+        e->t_prev = now;
+        for (;;) {
+            now = mono();
+            if (e->hlen && e->heap[0].t <= now + advance) engine_release(e, now, now + advance);
+            if (!e->ndirty) break;
+            flush_checked(e);
+            e->t_flushed = mono();
+            n = epoll_wait(e->epfd, evs, MAX_EVENTS, 0);
+            if (n <= 0) break;
+            r = dispatch(e, evs, n, e->t_flushed, NAN, e->t_flushed, &py_ready);
+            if (r < 0) return r;
+            if (now >= until) break; /* saturated: let Python housekeep, then come back */
+        }
+        if (e->hlen) {
+            double t = e->heap[0].t - advance;
+            if (fired || t != e->armed) {
+                arm(e, t);
+                e->armed = t;
+            }
+        } else if (fired) {
+            arm(e, NAN);
+            e->armed = NAN;
+        }
+        if (py_ready) return 1;
+        if (now >= until) return 0;
+    }
+}
+
+void engine_loop_info(dl_engine *e, double *out) {
+    out[0] = e->advance;
+    out[1] = (double)e->wakeups;
+    out[2] = e->t_wait;
+    out[3] = e->t_wake;
+}
+
+int engine_take_flush_error(dl_engine *e, int *ns, int *err) {
+    if (!e->flush_failed) return 0;
+    e->flush_failed = 0;
+    *ns = e->flush_ns;
+    *err = e->flush_errno;
+    return 1;
 }

@@ -69,3 +69,10 @@ void engine_reset_hist(dl_engine *e);
 void engine_hist_copy(dl_engine *e, int64_t *out);
 int engine_take_late(dl_engine *e, double *err, int *ns, int *qnum);
 int engine_last_error(dl_engine *e, int *ns);
+
+/* the event loop in C (loop.py's EventLoop.run, per wake-up): its own epoll (the namespaces' sockets, its own
+   timerfd, and Python's epoll fd nested for the control socket and signals) */
+int engine_loop_init(dl_engine *e, int pyfd, double advance, double advance_max, double advance_step);
+int engine_run(dl_engine *e, double until);
+void engine_loop_info(dl_engine *e, double *out);
+int engine_take_flush_error(dl_engine *e, int *ns, int *err);

@@ -176,6 +176,8 @@ class CEngineMixin:
         self._st = m.ffi.new("int64_t[6]")
         self._by_idx: dict[int, object] = {}
         self._logged_errors = 0
+        # DELAYLINE_C_LOOP=0: the python loop around the compiled hot path (for comparisons)
+        self._c_loop = os.environ.get("DELAYLINE_C_LOOP", "1") != "0"
 
     # -- hooks of EventLoop / DelayLine
     def _new_direction(self, spec, ns):
@@ -196,6 +198,65 @@ class CEngineMixin:
     def _ns_forgotten(self, ns) -> None:
         self._lib.engine_remove_ns(self._eng, ns.idx)
         self._by_idx.pop(ns.idx, None)
+
+    def _watch_ns(self, ns) -> None:
+        if not self._c_loop:
+            super()._watch_ns(ns)
+        # else engine_add_ns (in _ns_added) put it in the engine's epoll
+
+    def _unwatch_ns(self, ns) -> None:
+        if not self._c_loop:
+            super()._unwatch_ns(ns)
+        # else engine_remove_ns (in _ns_forgotten) takes it out
+
+    def run(self) -> None:
+        """The event loop in C (`engine_run`: loop.py's run, wake-up for wake-up); it returns to Python when the
+        control socket or a signal has work (Python's epoll, nested in the engine's, is ready) and every
+        HOUSEKEEP_S for the kernel-drop checks."""
+        from orchestrator.shaping.delayline.loop import ADVANCE_MAX_S, ADVANCE_STEP_S, HOUSEKEEP_S
+        import time
+        if not self._c_loop:
+            return super().run()
+        lib, eng = self._lib, self._eng
+        self.ep.unregister(self.timer.fd)            # the engine has its own timerfd
+        r = lib.engine_loop_init(eng, self.ep.fileno(), self.advance, ADVANCE_MAX_S, ADVANCE_STEP_S)
+        if r < 0:
+            raise OSError(-r, f"engine_loop_init: {os.strerror(-r)}")
+        info = self._ffi.new("double[4]")
+        monotonic = time.monotonic
+        handlers = self.handlers
+        next_hk = monotonic() + HOUSEKEEP_S
+        while not self.stopping:
+            r = lib.engine_run(eng, next_hk)
+            if r < 0:
+                raise OSError(-r, os.strerror(-r))
+            lib.engine_loop_info(eng, info)
+            self.advance, self.wakeups, self.t_wait, self.t_wake = info[0], int(info[1]), info[2], info[3]
+            self._after_c()
+            if r == 1:
+                for fd, ev in self.ep.poll(0):
+                    h = handlers.get(fd)
+                    if h is not None:
+                        h(ev)
+                if self._has_pending():      # a control op (cut, remove) issued verdicts
+                    self._flush()
+            now = monotonic()
+            if now >= next_hk:
+                self._housekeep()
+                next_hk = now + HOUSEKEEP_S
+
+    def _after_c(self) -> None:
+        """What the python loop logs on the way, logged once the C loop hands back."""
+        if self._lib.engine_take_late(self._eng, self._d1, self._i2, self._i2 + 1):
+            from orchestrator.shaping.delayline.loop import log
+            ns = self._by_idx.get(self._i2[0])
+            d = ns.dirs.get(self._i2[1]) if ns else None
+            log(f"late release: {self._d1[0] * 1e3:.1f} ms after its due time ({d.id if d else '?'}); "
+                f"the wait before its loop iteration lasted {(self.t_wake - self.t_wait) * 1e3:.1f} ms")
+        if self._lib.engine_take_flush_error(self._eng, self._i2, self._i2 + 1):
+            ns = self._by_idx.get(self._i2[0])
+            self._fatal(f"sending verdicts to {ns.path if ns else '?'} failed: {os.strerror(self._i2[1])}")
+        self._log_verdict_errors()
 
     def _next_due(self) -> float:
         return self._lib.engine_next_due(self._eng)

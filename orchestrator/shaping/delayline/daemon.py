@@ -61,8 +61,7 @@ class DelayLine(EventLoop):
                 self._ns_added(ns)
                 self.namespaces[key] = ns
                 self._hk_order.append(ns)
-                self.ep.register(ns.fd, select.EPOLLIN)
-                self.handlers[ns.fd] = ns
+                self._watch_ns(ns)
             if s.queue_num in ns.dirs:
                 raise ValueError(f"queue {s.queue_num} of {s.netns} is already served as {ns.dirs[s.queue_num].id!r}")
             try:
@@ -102,8 +101,7 @@ class DelayLine(EventLoop):
                 self._forget_ns(ns)
 
     def _forget_ns(self, ns: Namespace) -> None:
-        self.ep.unregister(ns.fd)
-        del self.handlers[ns.fd]
+        self._unwatch_ns(ns)
         del self.namespaces[ns.key]
         self._hk_order.remove(ns)
         self._ns_forgotten(ns)

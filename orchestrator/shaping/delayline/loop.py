@@ -190,6 +190,15 @@ class EventLoop:
     def _ns_added(self, ns: "Namespace") -> None:
         pass
 
+    def _watch_ns(self, ns: "Namespace") -> None:
+        """Serve `ns`'s socket from the loop (the C loop watches it in its own epoll)."""
+        self.ep.register(ns.fd, select.EPOLLIN)
+        self.handlers[ns.fd] = ns
+
+    def _unwatch_ns(self, ns: "Namespace") -> None:
+        self.ep.unregister(ns.fd)
+        del self.handlers[ns.fd]
+
     def _ns_forgotten(self, ns: "Namespace") -> None:
         pass
 
