@@ -125,7 +125,7 @@ def render_rules_forward(queues) -> str:
 
 
 def decompose(hops: list[tuple], t_app: float, t_sent: float, krx: float, t_read: float, nominal: float,
-              t_due: float | None = None) -> dict:
+              t_due: float | None = None, per_hop: dict | None = None) -> dict:
     """One packet's components (seconds). `hops`: per hop, in path order, (t_recv, stamp, t_sched, t_release,
     send_start, send_end, kernel timestamp or None). The components in COMPONENTS add up to `e2e`; the kernel's
     queue timestamp (when present) splits the read lag into forward path + kernel queue wait."""
@@ -141,6 +141,9 @@ def decompose(hops: list[tuple], t_app: float, t_sent: float, krx: float, t_read
         c["read_lag"] += t_recv - t_in
         c["model_queue"] += t_sched - stamp - nominal
         c["hold_error"] += t_rel - t_sched
+        if per_hop is not None:
+            per_hop["hold_error"].append(t_rel - t_sched)
+            per_hop["stamp_error"].append(stamp - t_in)
         c["release_to_send"] += s0 - t_rel
         c["verdict_send"] += s1 - s0
         t_in = s0
@@ -151,6 +154,16 @@ def decompose(hops: list[tuple], t_app: float, t_sent: float, krx: float, t_read
     c["hop1_queue_wait"] = hops[0][0] - t_sent if hops else 0.0
     c["e2e"] = t_read - t_app - len(hops) * nominal
     return c
+
+
+def hop_quantiles(xs: list[float]) -> dict:
+    """p50/p99/p99.9/max (ms) of one component per hop: a packet crossing k hops meets the per-hop p(1 - 1/(100k))
+    in its own p99."""
+    s = sorted(xs)
+    if not s:
+        return {"n": 0}
+    return {"n": len(s), **{f"p{q}_ms": round(bf.percentile(s, q / 100) * 1e3, 3) for q in (50, 99, 99.9)},
+            "max_ms": round(s[-1] * 1e3, 3)}
 
 
 def report(rows: list[dict]) -> dict:
@@ -442,6 +455,7 @@ def run(args) -> dict:
                 [(t.depth[leaf], ta, ts, due) + recv[seq] for seq, (leaf, ta, ts, due) in sent_log.items()
                  if seq >> PHASE_SHIFT == pi and seq in recv], nominal)
             rows, incomplete = [], 0
+            per_hop: dict[str, list[float]] = {"hold_error": [], "stamp_error": []}
             for seq, (leaf, ta, ts, due) in sent_log.items():
                 if seq >> PHASE_SHIFT != pi:
                     continue
@@ -450,8 +464,9 @@ def run(args) -> dict:
                     incomplete += 1
                     continue
                 krx, rd = recv[seq]
-                rows.append(decompose(h, ta / 1e9, ts / 1e9, krx / 1e9, rd / 1e9, nominal, due))
+                rows.append(decompose(h, ta / 1e9, ts / 1e9, krx / 1e9, rd / 1e9, nominal, due, per_hop))
             res["phases"][ph].update(report(rows))
+            res["phases"][ph]["per_hop"] = {k: hop_quantiles(v) for k, v in per_hop.items()}
             res["phases"][ph]["incomplete"] = incomplete
             sums = [abs(sum(r[k] for k in COMPONENTS) - r["e2e"]) for r in rows]
             res["phases"][ph]["identity_max_error_us"] = round(max(sums) * 1e6, 3) if sums else None

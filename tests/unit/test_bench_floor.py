@@ -162,3 +162,9 @@ def test_report_tail_means():
     assert r["e2e"] == {"p50_ms": 50.0, "p99_ms": 99.0, "tail_mean_ms": 99.0}
     assert r["hold_error"]["tail_mean_ms"] == 99.0
     assert bt.report([]) == {"packets": 0}
+
+
+def test_hop_quantiles():
+    q = bt.hop_quantiles([i * 1e-4 for i in range(1000)])
+    assert q == {"n": 1000, "p50_ms": 50.0, "p99_ms": 99.0, "p99.9_ms": 99.9, "max_ms": 99.9}
+    assert bt.hop_quantiles([]) == {"n": 0}
