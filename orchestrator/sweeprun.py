@@ -38,6 +38,7 @@ from typing import Any, Callable
 import yaml
 
 from orchestrator import fidelity as fid
+from orchestrator import signals
 from orchestrator import sweep as sw
 from orchestrator.backends.base import NullProgress, Progress
 from orchestrator.errors import OrchestratorError, SpecError
@@ -384,7 +385,10 @@ def _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, d
             while queue and free:
                 p, attempt = queue.pop(0)
                 slot = free.pop(0)
-                running[slot] = _start_child(p, attempt, slot, prepared, root, index, opts, base_name, launch)
+                with signals.shielded() as late:    # a started child is always in `running` (to be stopped)
+                    running[slot] = _start_child(p, attempt, slot, prepared, root, index, opts, base_name, launch)
+                if late:
+                    raise KeyboardInterrupt(f"signal {late[0]}")
                 first_start.setdefault(p.id, running[slot].started)
                 progress.note(f"point {p.id}: started in slot {slot} (lab {running[slot].doc['name']})")
             time.sleep(0.2)
