@@ -371,12 +371,13 @@ class Fit:
     mem_need: int
     cpu_budget: float
     mem_budget: int
+    at_once: int = 0            # the points that would run at once: K, or fewer when there are fewer points
 
     def message(self) -> str:
         if self.ok:
             return (f"--parallel {self.k}: {self.cpu_need:.2f} of {self.cpu_budget:.2f} planned cores, "
                     f"{self.mem_need / 2 ** 20:.0f} of {self.mem_budget / 2 ** 20:.0f} MiB")
-        return (f"--parallel {self.k} would oversubscribe this machine: {self.k} points at once need "
+        return (f"--parallel {self.k} would oversubscribe this machine: {self.at_once or self.k} points at once need "
                 f"{self.cpu_need:.2f} cores and {self.mem_need / 2 ** 20:.0f} MiB, and the emulation stays "
                 f"faithful within {self.cpu_budget:.2f} cores ({CPU_HEADROOM:.0%} of the cores) and "
                 f"{self.mem_budget / 2 ** 20:.0f} MiB ({MEM_HEADROOM:.0%} of MemAvailable); the largest K that "
@@ -398,4 +399,4 @@ def fit(needs: list[PointNeed], k: int, cores: int, mem_available: int) -> Fit:
     while max_k < len(needs) and fits(max_k + 1):
         max_k += 1
     kk = min(k, len(needs)) if needs else k
-    return Fit(kk <= 1 or fits(kk), k, max_k, sum(by_cpu[:kk]), sum(by_mem[:kk]), cpu_budget, mem_budget)
+    return Fit(kk <= 1 or fits(kk), k, max_k, sum(by_cpu[:kk]), sum(by_mem[:kk]), cpu_budget, mem_budget, kk)

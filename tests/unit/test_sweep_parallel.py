@@ -96,6 +96,8 @@ def test_fit_takes_the_largest_points_and_memory_into_account():
     assert sw.fit([big], 1, cores=1, mem_available=GiB).ok       # one at a time is never refused
     assert sw.fit([big], 8, cores=1, mem_available=GiB).ok       # nor a single point
     assert sw.fit([small] * 2, 8, cores=8, mem_available=8 * GiB).ok   # K beyond the points: the points
+    f = sw.fit([big] * 3, 8, cores=2, mem_available=64 * GiB)
+    assert not f.ok and f.max_k == 1 and "would oversubscribe this machine: 3 points at once need" in f.message()
 
 
 # --- the parent: children, slots, resume, interruption ----------------------------------------------------------------
