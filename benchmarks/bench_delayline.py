@@ -13,7 +13,9 @@ receiver (against depth x (delay + serialisation)), losses and kernel drops. Eve
 also on Ctrl-C / SIGTERM. `--pps` takes several rates (one tree, one run per rate, rising); `--engine` picks the
 delay line's engine (config `engine`), `--shards` its processes (config `shards`); `--json FILE` also writes
 the result dict (`runs`: one object per N and rate; at the top level the last run's rate achieved, packet-hops/s,
-one-way error p50/p99, CPU us per packet-hop, and the load average). Without N it runs N=200 (what benchmarks/bench_scale.py calls: `--json FILE` alone).
+one-way error p50/p99, CPU us per packet-hop, and the load average). `--floor` also measures the NFQUEUE floor
+(benchmarks/bench_floor.py's `measure_floor`) after the runs and prints each run's CPU per packet-hop beside it.
+Without N it runs N=200 (what benchmarks/bench_scale.py calls: `--json FILE` alone).
 
     python benchmarks/bench_delayline.py --replay ROUNDS
 
@@ -432,6 +434,9 @@ def main() -> int:
     ap.add_argument("--rt-priority", type=int, default=50)
     ap.add_argument("--jobs", type=int, default=8, help="parallel namespace preparations")
     ap.add_argument("--engine", choices=["auto", "c", "python"], default="auto", help="the delay line's engine")
+    ap.add_argument("--floor", action="store_true",
+                    help="also measure the NFQUEUE floor (benchmarks/bench_floor.py) in this run and print the "
+                         "CPU per packet-hop beside it")
     ap.add_argument("--shards", type=int, help="engine processes (default: the daemon's, one per CPU)")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the result dict to FILE")
     args = ap.parse_args()
@@ -452,12 +457,29 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-dl-") as d:
         for n in args.n:
             runs += run(n, args, Path(d))
+    floor = None
+    if args.floor:
+        try:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from bench_floor import measure_floor  # type: ignore[import-not-found]
+            floor = measure_floor(rate_pps=0, seconds=5)
+        except Exception as exc:  # noqa: BLE001 - a missing floor is printed, not fatal
+            floor = {"error": f"{exc.__class__.__name__}: {exc}"}
+        f_us = floor.get("cpu_us_per_packet")
+        for r in runs:
+            c = r.get("cpu_us_per_packet_hop")
+            r["floor_cpu_us_per_packet"] = f_us
+            r["cpu_vs_floor"] = round(c / f_us, 2) if c and f_us else None
+            print(f"# {r['engine']} {r['packet_hops_per_s']} packet-hops/s: {c} us CPU per packet-hop, floor "
+                  f"{f_us} us per packet ({r['cpu_vs_floor']}x), load {r['load_after']}", file=sys.stderr)
+        print(json.dumps({"nfqueue_floor": floor}))
     if args.json:
         last = runs[-1] if runs else {}
         summary = {k: last.get(k) for k in ("engine", "N", "pps", "rate_achieved_pps", "packet_hops_per_s",
                                             "e2e_error_p50_ms", "e2e_error_p99_ms", "hold_error_p99_ms",
                                             "cpu_us_per_packet_hop", "cpu_share", "load_before", "load_after")}
-        args.json.write_text(json.dumps({**summary, "load": last.get("load_after"), "runs": runs}, indent=1))
+        args.json.write_text(json.dumps({**summary, "load": last.get("load_after"), "runs": runs,
+                                         "nfqueue_floor": floor}, indent=1))
     return 0
 
 
