@@ -30,7 +30,8 @@ PROTOCOLS = ("hyparview", "cyclonacked", "cyclon", "scamp")
 TITLES = {"hyparview": "HyParView", "cyclon": "Cyclon", "scamp": "Scamp", "cyclonacked": "CyclonAcked"}
 MARKERS = {"hyparview": "o", "cyclon": "s", "scamp": "^", "cyclonacked": "D"}
 VALUES = ("reliability_before", "reliability_after", "reliability_after_first", "cycles_to_heal",
-          "cycles_to_heal_mean", "broadcasts_before", "broadcasts_after", "survivors")
+          "cycles_to_heal_mean", "broadcasts_before", "broadcasts_after", "survivors", "false_suspicions_before",
+          "load_mean")
 
 
 # --- one run, from its event logs (pure given the files) --------------------------------------------------------
@@ -49,7 +50,8 @@ def read_events(run_dir: Path) -> tuple[dict, list[dict]]:
 
 
 def run_reliability(events: list[dict], t0: float) -> tuple[list[dict], float | None, int | None, int]:
-    """(per-broadcast reliability rows in send order, the first crash's time, the crash's cycle, members)."""
+    """(per-broadcast reliability rows in send order, the first crash's time, the crash's (median) cycle,
+    members); a row's `since_crash` is its cycle minus its origin's own last cycle at the crash."""
     started: dict[str, float] = {}
     ids: dict[str, int] = {}
     crashed: dict[str, float] = {}
@@ -97,7 +99,25 @@ def run_reliability(events: list[dict], t0: float) -> tuple[list[dict], float | 
             if ts <= crash_ts:
                 last[node] = max(last.get(node, c), c)
         crash_cyc = int(statistics.median(last.values())) if last else None
+        for r in rows:
+            if r["cycle"] is not None and r["origin"] in last:
+                r["since_crash"] = r["cycle"] - last[r["origin"]]
     return rows, crash_ts, crash_cyc, len(members)
+
+
+def suspicions(events: list[dict], crash_ts: float | None) -> dict[str, int]:
+    """Failure-detector removals from the dissemination view (`view_changed` op remove, reason `no_ack` for
+    CyclonAcked, `failed` from HyParView's active view): before the first crash every one is a false suspicion
+    (nobody had crashed), after it some are true."""
+    before = after = 0
+    for e in events:
+        if (e.get("event") == "view_changed" and e.get("op") == "remove" and e.get("view") in ("active", "partial")
+                and e.get("reason") in ("no_ack", "failed")):
+            if crash_ts is None or e["ts"] < crash_ts:
+                before += 1
+            else:
+                after += 1
+    return {"false_suspicions_before": before, "suspicions_after": after}
 
 
 def load_during(load: list[tuple[float, float]], start: float, end: float) -> tuple[float | None, float | None]:
@@ -134,9 +154,42 @@ def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) ->
     lmean, lmax = load_during(load or [], manifest.get("started_at") or t0, manifest.get("ended_at") or t0 + 60)
     return {"run_dir": str(run_dir), "protocol": protocol, "fail": sched.get("fraction"), "seed": manifest.get("seed"),
             "members": n, "crashed": len(crashed), "survivors": n - len(crashed), "status": manifest.get("status"),
-            "load_mean": lmean, "load_max": lmax, "crash_cycle": crash_cyc,
+            "load_mean": lmean, "load_max": lmax, "crash_cycle": crash_cyc, **suspicions(events, crash_ts),
             **{k: h.get(k) for k in VALUES if k in h},
             "after_failure": [r["reliability"] for r in h["after_failure"]], "by_cycle": h["by_cycle"]}
+
+
+# --- a reference model (pure, seeded) -----------------------------------------------------------------------------
+
+def gossip_model(n: int, f: float, view: int = 35, fanout: int = 4, trials: int = 200, seed: int = 1) -> float:
+    """Mean reliability of gossip broadcast over static uniform random partial views right after a crash (the
+    paper's Figure 2 setting for Cyclon and Scamp: no membership cycle, no failure detector): n members, each
+    with a view of `view` distinct random others; round(f n) crash; a random survivor broadcasts; every survivor
+    forwards on first receipt to `fanout` random view members other than the one it came from and the origin;
+    a crashed target is a lost copy. Reliability as overlay's: survivors reached, the origin included, over
+    survivors. A fresh overlay and crash per trial."""
+    import random
+
+    rng = random.Random(seed)
+    total = 0.0
+    for _ in range(trials):
+        dead = set(rng.sample(range(n), round(f * n)))
+        alive = [i for i in range(n) if i not in dead]
+        views: dict[int, list[int]] = {}
+        origin = rng.choice(alive)
+        reached, frontier = {origin}, [(origin, None)]
+        while frontier:
+            v, came = frontier.pop()
+            if v not in views:
+                drawn = rng.sample(range(n), min(view + 1, n))
+                views[v] = [j for j in drawn if j != v][:min(view, n - 1)]
+            cands = [j for j in views[v] if j != came and j != origin]
+            for t in rng.sample(cands, min(fanout, len(cands))):
+                if t not in dead and t not in reached:
+                    reached.add(t)
+                    frontier.append((t, v))
+        total += len(reached) / len(alive)
+    return total / trials
 
 
 # --- aggregation (pure) -------------------------------------------------------------------------------------------
@@ -152,8 +205,8 @@ def aggregate(runs: list[dict]) -> list[dict]:
     for (p, f), rs in sorted(groups.items(), key=lambda kv: (PROTOCOLS.index(kv[0][0]) if kv[0][0] in PROTOCOLS
                                                              else 99, kv[0][1])):
         row: dict[str, Any] = {"protocol": p, "fail": f, "runs": len(rs),
-                               "load_mean": statistics.fmean(x["load_mean"] for x in rs if x["load_mean"] is not None)
-                               if any(x["load_mean"] is not None for x in rs) else None}
+                               "load_max": max((x["load_max"] for x in rs if x.get("load_max") is not None),
+                                               default=None)}
         for k in VALUES:
             vals = [x.get(k) for x in rs]
             m, ci = mean_ci([v for v in vals if v is not None])
@@ -287,12 +340,45 @@ def main(argv: list[str] | None = None) -> int:
              "Figure 4: cycles until the mean over 4 cycles regains the pre-crash reliability",
              a.out / "fig4_healing.png")
     fig_after_failure(runs, a.out / "fig3_after_failure.png")
+    (a.out / "tables.md").write_text(markdown_tables(agg))
     for r in agg:
         print(f"{r['protocol']:12s} f={r['fail']:<5} runs={r['runs']} rel_after={_f(r['reliability_after'])}"
               f"±{_f(r['reliability_after_ci95'])} first={_f(r['reliability_after_first'])} "
               f"heal={_f(r['cycles_to_heal_mean'])} heal_all={_f(r['cycles_to_heal'])} "
-              f"before={_f(r['reliability_before'])} load={_f(r['load_mean'])}")
+              f"before={_f(r['reliability_before'])} falsesusp={_f(r['false_suspicions_before'])} "
+              f"load={_f(r['load_mean'])}")
     return 0
+
+
+def markdown_tables(agg: list[dict]) -> str:
+    """Figure 2 and Figure 4 as Markdown tables: rows f, columns protocols, cells mean ± 95 % CI (runs)."""
+    fails = sorted({r["fail"] for r in agg})
+    by = {(r["protocol"], r["fail"]): r for r in agg}
+    protos = [p for p in PROTOCOLS if any(r["protocol"] == p for r in agg)]
+    out = []
+    for key, title in (("reliability_after_first", "reliability, broadcasts of the first 2 cycles after the crash"),
+                       ("reliability_after", "reliability, every broadcast of the 20 s after the crash"),
+                       ("reliability_before", "reliability before the crash"),
+                       ("cycles_to_heal_mean", "cycles to heal (4-cycle mean regains the pre-crash reliability)"),
+                       ("false_suspicions_before", "failure-detector removals before the crash (all false)"),
+                       ("load_mean", "1-min load average during the runs")):
+        out += [f"**{title}**", "", "| f | " + " | ".join(TITLES[p] for p in protos) + " |",
+                "|---|" + "---|" * len(protos)]
+        for f in fails:
+            cells = []
+            for p in protos:
+                r = by.get((p, f))
+                if r is None or r.get(key) is None:
+                    cells.append("-" if r is None else f"- (0/{r['runs']})")
+                    continue
+                ci = r.get(f"{key}_ci95")
+                n = r.get(f"{key}_n", r["runs"])
+                fmt = "{:.0f}" if key in ("false_suspicions_before",) else "{:.1f}" if key in (
+                    "cycles_to_heal_mean", "load_mean") else "{:.3f}"
+                cells.append(fmt.format(r[key]) + (f" ± {fmt.format(ci)}" if ci is not None else "") + f" ({n})")
+            out.append(f"| {round(100 * f)} % | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def _f(x: Any) -> str:

@@ -35,8 +35,9 @@ class OverlayAnalysis(ProtocolAnalysis):
         first = crash.agg(F.min("crash_ts")).first()[0]
         end = events.agg(F.max("ts")).first()[0]
         d["crash_ts"] = first
-        d["healing"] = overlay.healing(d["reliability"], first, overlay.crash_cycle(events, first)
-                                       if first is not None else None)
+        rel = (overlay.since_crash(d["reliability"], overlay.member_crash_cycles(events, first))
+               if first is not None else d["reliability"])
+        d["healing"] = overlay.healing(rel, first, overlay.crash_cycle(events, first) if first is not None else None)
         d["graph"] = {}
         for label, t in (("before", first - 1e-3 if first is not None else end), ("end", end)):
             if t is None:

@@ -13,8 +13,10 @@ Definitions (times are unix seconds):
   (`cycle` events) at the crash. The pre-failure reliability is the mean over the broadcasts before the crash;
   the healing broadcast is the first after the crash from which on every broadcast reaches at least the
   pre-failure reliability minus `tol` (0.01); cycles to heal = its cycle minus the crash's cycle (null: never).
-- **per cycle after the crash** (Figure 4 as §5.3 measures it): the broadcasts after the crash grouped by their
-  cycle minus the crash's cycle (0 = the crash's own cycle; earlier cycles of a lagging sender count as 0), the
+- **per cycle after the crash** (Figure 4 as §5.3 measures it): the broadcasts after the crash grouped by the
+  membership cycles their sender had run since the crash (`since_crash`: its cycle at the send minus its own
+  last cycle logged at or before the crash, `member_crash_cycles`; a row without it: its cycle minus the crash's
+  median cycle, negative counted as 0 — members' counters drift apart by several cycles on a loaded machine), the
   mean reliability of each group; `cycles_to_heal_mean` = the first cycle c from which the mean over the
   broadcasts of cycles c .. c + `window` - 1 (4: ~8 broadcasts at 4/s and 500 ms cycles, near the paper's 10 per
   cycle; 1 = the per-cycle mean alone) reaches the pre-failure reliability minus `tol` (0: from the crash's own
@@ -66,16 +68,31 @@ def crash_cycle(events: DataFrame, crash_ts: float) -> int | None:
     return int(statistics.median(cycles)) if cycles else None
 
 
+def member_crash_cycles(events: DataFrame, crash_ts: float) -> dict[str, int]:
+    """Each member's last `cycle` logged at or before `crash_ts` (member name -> cycle)."""
+    rows = (events.where((F.col("event") == "cycle") & (F.col("ts") <= crash_ts))
+            .groupBy("node").agg(F.max(_raw("cycle", "long")).alias("cycle")).collect())
+    return {r["node"]: r["cycle"] for r in rows if r["cycle"] is not None}
+
+
+def since_crash(rel: list[dict], cycles: dict[str, int]) -> list[dict]:
+    """`rel` rows with `since_crash` = the row's cycle minus its origin's cycle at the crash (where both exist)."""
+    return [{**r, "since_crash": r["cycle"] - cycles[r["origin"]]}
+            if r.get("cycle") is not None and r.get("origin") in cycles else r for r in rel]
+
+
 def by_cycle(after: list[dict], crash_cyc: int | None) -> list[dict[str, Any]]:
     """The broadcasts after the crash grouped by cycles since the crash: [{cycle, broadcasts, reliability}] in
     cycle order (see the module docstring); [] without a crash cycle."""
-    if crash_cyc is None:
-        return []
     groups: dict[int, list[float]] = {}
     for r in after:
-        if r.get("cycle") is None:
+        if r.get("since_crash") is not None:
+            c = r["since_crash"]
+        elif r.get("cycle") is not None and crash_cyc is not None:
+            c = r["cycle"] - crash_cyc
+        else:
             continue
-        groups.setdefault(max(0, r["cycle"] - crash_cyc), []).append(r["reliability"])
+        groups.setdefault(max(0, c), []).append(r["reliability"])
     return [{"cycle": c, "broadcasts": len(v), "reliability": statistics.fmean(v)} for c, v in sorted(groups.items())]
 
 

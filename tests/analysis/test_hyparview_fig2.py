@@ -33,6 +33,17 @@ def test_healing_groups_by_cycle_since_the_crash_and_finds_the_first_healed_cycl
     assert h["reliability_after"] == pytest.approx((0.5 + 0.7 + 0.9 + 1.0 + 0.995 + 0.8 + 1.0) / 7)
 
 
+def test_cycles_since_the_crash_are_the_senders_own():
+    # member a was at cycle 50 at the crash, b at 53 (counters drift on a loaded machine); the median says 51
+    rel = [{"origin": "a", "cycle": 51, "reliability": 0.5, "sent_ts": 5.0},
+           {"origin": "b", "cycle": 54, "reliability": 1.0, "sent_ts": 5.1},
+           {"origin": "c", "cycle": 57, "reliability": 1.0, "sent_ts": 6.0}]      # c: no cycle logged
+    rows = overlay.since_crash(rel, {"a": 50, "b": 53})
+    assert [r.get("since_crash") for r in rows] == [1, 1, None]
+    h = overlay.healing(rows, 4.0, 51)
+    assert [(g["cycle"], g["broadcasts"]) for g in h["by_cycle"]] == [(1, 2), (6, 1)]
+
+
 def test_healing_without_a_crash_cycle_or_never_healed():
     series = [{"sent_ts": 1.0, "reliability": 1.0, "cycle": 1}, {"sent_ts": 5.0, "reliability": 0.5, "cycle": 3}]
     h = overlay.healing(series, 4.0, None)
@@ -64,6 +75,8 @@ def _log(tmp_path):
     ev["h0"] += [{"ts": t0 + 5, "node": "h0", "event": "data_sent", "seq": 1, "cycle": 10},
                  {"ts": t0 + 11, "node": "h0", "event": "data_sent", "seq": 2, "cycle": 22}]
     ev["h1"] += [{"ts": t0 + 12, "node": "h1", "event": "data_sent", "seq": 1, "cycle": 24}]
+    ev["h0"] += [{"ts": t0 + t, "node": "h0", "event": "view_changed", "view": "partial", "op": "remove", "peer": 2,
+                  "reason": why} for t, why in [(3, "no_ack"), (4, "shuffle"), (11, "no_ack")]]
     for n, o, s, t in [("h1", 0, 1, 5.1), ("h2", 0, 1, 5.1), ("h3", 0, 1, 5.2), ("h1", 0, 2, 11.1),
                        ("h1", 0, 2, 11.3), ("h0", 1, 1, 12.1), ("h2", 1, 1, 12.2), ("h3", 1, 1, 12.3)]:
         ev[n].append({"ts": t0 + t, "node": n, "event": "data_received", "origin": o, "seq": s})
@@ -87,6 +100,7 @@ def test_run_reliability_from_event_logs(tmp_path):
     r = fh.analyse_run(tmp_path, [(t0 - 10, 9.0), (t0 + 1, 2.0), (t0 + 15, 4.0), (t0 + 30, 50.0)])
     assert (r["protocol"], r["fail"], r["seed"], r["crashed"], r["survivors"]) == ("cyclon", 0.25, 3, 1, 3)
     assert (r["load_mean"], r["load_max"]) == (3.0, 4.0)
+    assert (r["false_suspicions_before"], r["suspicions_after"]) == (1, 1)
     assert r["reliability_before"] == 1.0 and r["reliability_after"] == pytest.approx((2 / 3 + 1) / 2)
     assert r["after_failure"] == pytest.approx([2 / 3, 1.0])
     assert r["by_cycle"] == [{"cycle": 2, "broadcasts": 1, "reliability": pytest.approx(2 / 3)},
@@ -105,4 +119,14 @@ def test_aggregate_mean_and_ci_per_protocol_and_fraction():
     assert cyc["reliability_after"] == pytest.approx(0.7) and cyc["reliability_after_ci95"] == pytest.approx(
         12.706 * 0.1414 / 1.4142, rel=1e-3)
     assert (cyc["cycles_to_heal_mean"], cyc["cycles_to_heal_mean_ci95"], cyc["cycles_to_heal_mean_n"]) == (3, None, 1)
-    assert agg[0]["load_mean"] is None and agg[0]["reliability_after_ci95"] is None
+    assert agg[0]["load_mean"] is None and agg[0]["reliability_after_ci95"] is None and cyc["load_mean"] == 2.0
+
+
+def test_gossip_model_bounds_and_seeding():
+    # every member forwards to every other: all survivors are reached
+    assert fh.gossip_model(20, 0.5, view=19, fanout=19, trials=5) == 1.0
+    # nobody forwards: the origin alone, 1 of the 10 survivors
+    assert fh.gossip_model(20, 0.5, view=19, fanout=0, trials=5) == pytest.approx(0.1)
+    # seeded, and fewer live targets reach fewer members
+    assert fh.gossip_model(50, 0.4, trials=50, seed=3) == fh.gossip_model(50, 0.4, trials=50, seed=3)
+    assert fh.gossip_model(50, 0.2, trials=100) > fh.gossip_model(50, 0.6, trials=100)

@@ -110,12 +110,13 @@ def test_reliability_per_broadcast_and_healing_match_the_log(spark):
     log += [{"ts": e.ts, "node": f"m{i}", "event": e.event, **e.fields} for i, e in sim.events]
     plain, plain_crash, plain_cyc, _ = figures_hyparview.run_reliability(log, 0.0)
     assert (plain_crash, plain_cyc) == (CRASH_AT, h["crash_cycle"])
-    spark_rows = {(r["origin_id"], r["seq"]): r for r in rel}
+    spark_rows = {(r["origin_id"], r["seq"]): r
+                  for r in overlay.since_crash(rel, overlay.member_crash_cycles(events, CRASH_AT))}
     assert {(r["origin_id"], r["seq"]) for r in plain} == set(spark_rows)
     for r in plain:
         s = spark_rows[(r["origin_id"], r["seq"])]
-        assert (r["reliability"], r["cycle"], r["sent_ts"]) == (pytest.approx(s["reliability"]), s["cycle"],
-                                                                pytest.approx(s["sent_ts"]))
+        assert (r["reliability"], r["cycle"], r["sent_ts"], r["since_crash"]) == (
+            pytest.approx(s["reliability"]), s["cycle"], pytest.approx(s["sent_ts"]), s["since_crash"])
     assert h["crash_cycle"] in range(18, 23) and h["cycles_to_heal"] is not None and h["cycles_to_heal"] <= 2
     # a hand-made series: healed from the third broadcast after the crash, at cycle 12 (crash at cycle 10)
     series = [{"sent_ts": 1.0, "reliability": 1.0, "cycle": 9}, {"sent_ts": 5.0, "reliability": 0.5, "cycle": 10},
