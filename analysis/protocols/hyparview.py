@@ -22,7 +22,7 @@ class OverlayAnalysis(ProtocolAnalysis):
     # Figure 2 (reliability after the crash) and Figure 4 (cycles to heal) as sweep values, beside the generic ones
     sweep_columns = (("reliability_before", "reliability before the crash"),
                      ("reliability_after", "reliability after the crash"),
-                     ("reliability_after_first", "reliability, first 2 cycles after the crash"),
+                     ("reliability_after_first", "reliability, first 2 cycles (by time) after the crash"),
                      ("cycles_to_heal", "cycles to heal (every later broadcast)"),
                      ("cycles_to_heal_mean", "cycles to heal (mean over 4 cycles)")) + GENERIC_SWEEP_COLUMNS
 
@@ -37,7 +37,9 @@ class OverlayAnalysis(ProtocolAnalysis):
         d["crash_ts"] = first
         rel = (overlay.since_crash(d["reliability"], overlay.member_crash_cycles(events, first))
                if first is not None else d["reliability"])
-        d["healing"] = overlay.healing(rel, first, overlay.crash_cycle(events, first) if first is not None else None)
+        cycle_s = ctx.run.params.get("cycle_s") or 1.0
+        d["healing"] = overlay.healing(rel, first, overlay.crash_cycle(events, first) if first is not None else None,
+                                       first_s=2 * float(cycle_s))
         d["graph"] = {}
         for label, t in (("before", first - 1e-3 if first is not None else end), ("end", end)):
             if t is None:
@@ -70,7 +72,7 @@ class OverlayAnalysis(ProtocolAnalysis):
     def key_metrics(self, s: dict[str, Any]) -> list[list[Any]]:
         return [["reliability before the crash", fmt(s.get("reliability_before"))],
                 ["reliability after the crash", fmt(s.get("reliability_after"))],
-                ["reliability, first 2 cycles after the crash", fmt(s.get("reliability_after_first"))],
+                ["reliability, first 2 cycles (by time) after the crash", fmt(s.get("reliability_after_first"))],
                 ["cycles to heal", fmt(s.get("cycles_to_heal"))],
                 ["cycles to heal (mean over 4 cycles)", fmt(s.get("cycles_to_heal_mean"))],
                 ["clustering coefficient (before)", fmt(s.get("clustering_before"))],

@@ -29,7 +29,9 @@ def test_healing_groups_by_cycle_since_the_crash_and_finds_the_first_healed_cycl
     assert h["cycles_to_heal_mean"] == 4
     assert overlay.healing(series, 4.0, 10, window=1)["cycles_to_heal_mean"] == 2     # cycle 2 alone: 0.9975
     assert h["cycles_to_heal"] == 4                 # every broadcast from cycle 14 on
-    assert h["reliability_after_first"] == pytest.approx((0.5 + 0.7 + 0.9) / 3)
+    assert h["reliability_after_first"] is None and h["broadcasts_after_first"] == 0   # none in [4, 5)
+    h2 = overlay.healing(series, 4.0, 10, first_s=2.0)                                   # [4, 6): 5.0, 5.5
+    assert (h2["reliability_after_first"], h2["broadcasts_after_first"]) == (pytest.approx(0.6), 2)
     assert h["reliability_after"] == pytest.approx((0.5 + 0.7 + 0.9 + 1.0 + 0.995 + 0.8 + 1.0) / 7)
 
 
@@ -49,7 +51,8 @@ def test_healing_without_a_crash_cycle_or_never_healed():
     h = overlay.healing(series, 4.0, None)
     assert h["by_cycle"] == [] and h["reliability_after_first"] is None and h["cycles_to_heal_mean"] is None
     h = overlay.healing(series, 4.0, 2)
-    assert h["cycles_to_heal_mean"] is None and h["cycles_to_heal"] is None and h["reliability_after_first"] == 0.5
+    assert h["cycles_to_heal_mean"] is None and h["cycles_to_heal"] is None
+    assert overlay.healing(series, 4.0, 2, first_s=1.5)["reliability_after_first"] == 0.5
 
 
 def test_plugin_sweep_values_carry_the_figure_metrics():
@@ -106,7 +109,8 @@ def test_run_reliability_from_event_logs(tmp_path):
     assert r["by_cycle"] == [{"cycle": 2, "broadcasts": 1, "reliability": pytest.approx(2 / 3)},
                              {"cycle": 4, "broadcasts": 1, "reliability": 1.0}]
     # the window from cycle 3 (empty) holds cycles 3-6: only cycle 4's broadcast, at 1.0
-    assert r["cycles_to_heal_mean"] == 3 and r["reliability_after_first"] is None
+    # no cycle_s logged: 1 s cycles, the first 2 s after the crash hold (0, 2) only
+    assert r["cycles_to_heal_mean"] == 3 and r["reliability_after_first"] == pytest.approx(2 / 3)
 
 
 def test_aggregate_mean_and_ci_per_protocol_and_fraction():
