@@ -147,6 +147,7 @@ def point_rows(index: dict, summaries: dict[str, dict], queues: dict[str, dict],
         rows.append({
             "point": pid, "group": e.get("group"), **{f"c.{k}": v for k, v in (e.get("coords") or {}).items()},
             "rep": e.get("rep"), "status": e.get("status"), "run_dir": rd,
+            "unfaithful": e.get("unfaithful"), "fidelity": (e.get("fidelity") or {}).get("verdict"),
             "members": s.get("members"), "subgroup": s.get("subgroup"), "step_s": s.get("step_s"),
             **plugin.sweep_values(s, q),
         })
@@ -165,7 +166,8 @@ def aggregate(rows: list[dict], values: tuple[str, ...] | None = None) -> list[d
         first = rs[0]
         row = {"group": g, **{k: v for k, v in first.items() if k.startswith("c.")},
                "members": first["members"], "subgroup": first["subgroup"], "step_s": first["step_s"],
-               "runs": len(rs), "runs_measured": sum(1 for r in rs if r.get(values[0]) is not None)}
+               "runs": len(rs), "runs_unfaithful": sum(1 for r in rs if r.get("unfaithful")),
+               "runs_measured": sum(1 for r in rs if r.get(values[0]) is not None)}
         if "tpr_s" in values:
             row["runs_with_tpr"] = sum(1 for r in rs if r["tpr_s"] is not None)
         for v in values:

@@ -311,6 +311,7 @@ class NodeRuntime:
             return
         loop = asyncio.get_running_loop()
         self.core = registry.create(self.cfg, time.time())
+        self._event("protocol_started")   # sweeps' start-lag judge (fidelity.py)
         self._emit(self.core.startup)
         self._schedule()
         if self.cfg.duration_s is not None:

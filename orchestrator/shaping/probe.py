@@ -67,7 +67,9 @@ def probe_kernel(cache_dir: Path | None = None) -> Capabilities:
     caps = _probe()
     if cache:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(caps.to_json()))
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")   # labs probing at once never read half a file
+        tmp.write_text(json.dumps(caps.to_json()))
+        os.replace(tmp, cache)
     return caps
 
 

@@ -206,7 +206,8 @@ def test_a_sweep_of_another_protocol_takes_its_plug_ins_values(tmp_path):
             pid = f"transport-{transport}_r{rep}"
             d = syn.make_direct_run(tmp_path / "points" / pid, transport, run_id="run")
             points[pid] = {"id": pid, "group": f"transport-{transport}", "rep": rep, "status": "completed",
-                           "coords": {"transport": transport}, "run_dir": str(d.relative_to(tmp_path))}
+                           "coords": {"transport": transport}, "run_dir": str(d.relative_to(tmp_path)),
+                           "unfaithful": transport == "tcp" and rep == 1}      # a sweep's fidelity judges' flag
             selected.append(pid)
     (tmp_path / "sweep.json").write_text(json.dumps({
         "experiment_file": "direct.yaml", "repetitions": 2, "selected": selected, "points": points,
@@ -220,5 +221,8 @@ def test_a_sweep_of_another_protocol_takes_its_plug_ins_values(tmp_path):
     assert float(agg["tcp"]["latency_median_s_mean"]) == pytest.approx(0.02)
     assert float(agg["tcp"]["latency_p90_s_mean"]) == pytest.approx(0.049)
     assert agg["udp"]["runs_measured"] == "2" and "tpr_s_mean" not in agg["udp"]
+    assert (agg["udp"]["runs_unfaithful"], agg["tcp"]["runs_unfaithful"]) == ("0", "1")
+    rows = {r["point"]: r for r in csv.DictReader((tmp_path / "analysis" / "points.csv").open())}
+    assert rows["transport-tcp_r1"]["unfaithful"] == "True" and rows["transport-udp_r0"]["unfaithful"] == "False"
     text = md.read_text()
     assert "(protocol direct)" in text and "| transport | runs (measured) | delivery ratio | latency median (s) |" in text
