@@ -2,7 +2,8 @@
 (benchmarks/nfq_floor.c, libnetfilter_queue, ACCEPT every packet at once) on this machine, now (needs root, gcc
 and libnetfilter-queue-dev, which `make setup` installs).
 
-    python benchmarks/bench_floor.py [--rate-pps 0] [--seconds 5] [--latency-pps 2000] [--json FILE]
+    python benchmarks/bench_floor.py [--rate-pps 0] [--seconds 5] [--latency-pps 2000] [--sender c|python]
+                                     [--trace] [--json FILE]
 
 Builds two namespaces of its own (`nfqf<pid>x<k>a`/`b`, a veth pair, IPv4 only, offloads off), compiles
 nfq_floor.c with gcc into a temporary directory, and:
@@ -12,9 +13,11 @@ nfq_floor.c with gcc into a temporary directory, and:
    SO_TIMESTAMPNS) -- the path without a queue;
 2. adds `-t mangle -A POSTROUTING -o <veth> -j NFQUEUE --queue-num 0` in a (as the delay line's rules) with
    nfq_floor serving queue 0 (SCHED_FIFO 50, like the delay line in bench_delayline.py), and sends at
-   `--rate-pps` (0: as fast as one Python sender goes) for `--seconds` to a port nobody listens on: packets/s
-   through the queue, and the floor program's own user + system CPU per packet (its getrusage, asked for by
-   SIGUSR1 at the start and the end of the window);
+   `--rate-pps` for `--seconds` to a port nobody listens on (0: as fast as a sender goes -- `--sender c`, the
+   default, is nfq_floor's own sendmmsg flooder at normal priority, `python` one Python loop): packets/s through
+   the queue (until it has drained), packets the kernel dropped (`lost_in_kernel`: the queue was full), and the
+   floor program's own user + system CPU per packet (its getrusage, asked for by SIGUSR1 at the start and the
+   end of the window);
 3. the latency of step 1 again, through the queue.
 
 Prints one JSON object (also `--json FILE`); `measure_floor(rate_pps, seconds)` returns it (bench_scale.py).
@@ -273,8 +276,9 @@ def _stat(proc: subprocess.Popen) -> tuple[int, int, int]:
 
 
 def measure_floor(rate_pps: float, seconds: float, latency_pps: float = 2000.0,
-                  latency_seconds: float | None = None, trace: bool = False) -> dict:
-    """The NFQUEUE floor, measured now (see the module doc). `rate_pps` 0: as fast as the sender goes.
+                  latency_seconds: float | None = None, trace: bool = False, sender: str = "c") -> dict:
+    """The NFQUEUE floor, measured now (see the module doc). `rate_pps` 0: as fast as the sender goes -- with
+    `sender` "c" nfq_floor's own flooder (sendmmsg, normal priority), "python" one Python loop.
     `trace`: also the time packets waited in the kernel queue before nfq_floor read them (latency phase)."""
     if os.geteuid() != 0:
         raise PermissionError("bench_floor needs root (namespaces, iptables)")
@@ -308,12 +312,29 @@ def measure_floor(rate_pps: float, seconds: float, latency_pps: float = 2000.0,
                 raise RuntimeError(f"nfq_floor did not start: {line!r}")
             send(s, sink, 1000, 0.2, 0)                            # warm-up through the queue
             p0, u0, s0 = _stat(floor)
-            sent, elapsed = send(s, sink, rate_pps, seconds, 0)    # 2: throughput
-            time.sleep(0.05)                                       # let the queue drain
+            t0 = time.monotonic()
+            if rate_pps <= 0 and sender == "c":                    # 2: throughput
+                fl = subprocess.run(pair.exec_argv(pair.a, [str(exe), "--flood", Pair.B_IP, str(SINK_PORT),
+                                                            str(seconds)]), capture_output=True, text=True)
+                f = fl.stdout.split()
+                if fl.returncode != 0 or len(f) != 3 or f[0] != "SENT":
+                    raise RuntimeError(f"flooder failed: {fl.stdout} {fl.stderr}")
+                sent, send_s = int(f[1]), float(f[2])
+            else:
+                sent, send_s = send(s, sink, rate_pps, seconds, 0)
             p1, u1, s1 = _stat(floor)
+            t1 = time.monotonic()
+            while True:                                            # until the queue has drained
+                time.sleep(0.02)
+                p2, u2, s2 = _stat(floor)
+                if p2 == p1:
+                    break
+                p1, u1, s1, t1 = p2, u2, s2, time.monotonic()
+            elapsed = t1 - t0
             pk = p1 - p0
             out.update({
-                "sent": sent, "sender_pps": round(sent / elapsed), "packets": pk,
+                "sender": sender if rate_pps <= 0 else "python", "sent": sent,
+                "sender_pps": round(sent / send_s), "packets": pk, "lost_in_kernel": sent - pk,
                 "packets_per_s": round(pk / elapsed),
                 "cpu_user_us_per_packet": round((u1 - u0) / pk, 2) if pk else None,
                 "cpu_sys_us_per_packet": round((s1 - s0) / pk, 2) if pk else None,
@@ -355,13 +376,15 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--latency-pps", type=float, default=2000)
     ap.add_argument("--trace", action="store_true", help="also time the kernel queue (nfq_floor --trace)")
+    ap.add_argument("--sender", choices=("c", "python"), default="c", help="the flooder for --rate-pps 0")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    res = measure_floor(args.rate_pps, args.seconds, latency_pps=args.latency_pps, trace=args.trace)
+    res = measure_floor(args.rate_pps, args.seconds, latency_pps=args.latency_pps, trace=args.trace,
+                        sender=args.sender)
     print(json.dumps(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

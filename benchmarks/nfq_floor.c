@@ -4,12 +4,17 @@
  * libnetfilter_queue's parsing: the floor against which the delay line's CPU per packet-hop is judged.
  *
  *     nfq_floor QUEUE_NUM [--copy BYTES] [--trace FILE]
+ *     nfq_floor --flood IPV4 PORT SECONDS
  *
  * Prints "READY <pid>" once the queue is bound; on SIGUSR1 a line "STAT <packets> <user_us> <sys_us>" (its own
  * getrusage: the CPU of this program only); on SIGTERM/SIGINT a last STAT line, then exits 0.
- * --trace FILE (use --copy 64 or more): per packet one 40-byte record (little-endian): int64 CLOCK_MONOTONIC ns when the recv() that
- * brought it returned, int64 NFQA_TIMESTAMP in CLOCK_REALTIME ns (0 when the kernel sent none), 24 bytes of the
- * packet from IP offset 20 (UDP header + 16 payload bytes; zero-padded). Written at exit.
+ * --trace FILE (use --copy 64 or more): per packet one 40-byte record (little-endian): int64 CLOCK_MONOTONIC ns
+ * when the recv() that brought it returned, int64 NFQA_TIMESTAMP in CLOCK_REALTIME ns (0 when the kernel sent
+ * none), 24 bytes of the packet from IP offset 20 (UDP header + 16 payload bytes; zero-padded). Written at exit.
+ *
+ * --flood: the other end, a sender as fast as one core goes (sendmmsg, 64 packets per call, 100-byte IP packets
+ * whose payload starts with the benchmark's header: int64 seq, int64 CLOCK_MONOTONIC ns, big-endian); prints
+ * "SENT <packets> <seconds>" and exits.
  *
  * Built by benchmarks/bench_floor.py at run time: gcc -O2 nfq_floor.c -lnetfilter_queue -lnfnetlink
  */
@@ -26,6 +31,7 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include <netinet/in.h>
 #include <linux/netfilter.h>
 #include <libnetfilter_queue/libnetfilter_queue.h>
 
@@ -98,7 +104,52 @@ static int cb(struct nfq_q_handle *qh, struct nfgenmsg *nfmsg, struct nfq_data *
     return nfq_set_verdict(qh, id, NF_ACCEPT, 0, NULL);
 }
 
+static uint64_t htobe64_(uint64_t x) {
+    return ((uint64_t)htonl((uint32_t)x) << 32) | htonl((uint32_t)(x >> 32));
+}
+
+static int flood(const char *ip, int port, double seconds) {
+    enum { BATCH = 64, PAYLOAD = 72 };
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in dst;
+    memset(&dst, 0, sizeof dst);
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons((uint16_t)port);
+    if (s < 0 || inet_pton(AF_INET, ip, &dst.sin_addr) != 1 ||
+        connect(s, (struct sockaddr *)&dst, sizeof dst) < 0) {
+        perror("flood");
+        return 1;
+    }
+    static unsigned char bufs[BATCH][PAYLOAD];
+    struct iovec iov[BATCH];
+    struct mmsghdr msgs[BATCH];
+    memset(msgs, 0, sizeof msgs);
+    for (int i = 0; i < BATCH; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = PAYLOAD;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int64_t t0 = mono_ns(), end = t0 + (int64_t)(seconds * 1e9), now = t0;
+    uint64_t seq = 0;
+    while (now < end) {
+        for (int i = 0; i < BATCH; i++) {
+            uint64_t a = htobe64_(seq + (uint64_t)i), b = htobe64_((uint64_t)now);
+            memcpy(bufs[i], &a, 8);
+            memcpy(bufs[i] + 8, &b, 8);
+        }
+        int n = sendmmsg(s, msgs, BATCH, 0);
+        if (n > 0)
+            seq += (uint64_t)n;
+        now = mono_ns();
+    }
+    printf("SENT %llu %.6f\n", (unsigned long long)seq, (double)(now - t0) / 1e9);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--flood"))
+        return flood(argv[2], atoi(argv[3]), atof(argv[4]));
     int qnum = -1, copy = 40, one = 1, rcvbuf = 8 << 20;
     const char *trace_path = NULL;
     for (int i = 1; i < argc; i++) {
