@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -345,14 +346,15 @@ def run(args) -> dict:
             cfg["shards"] = args.shards
         (tmp / "dl.json").write_text(json.dumps(cfg))
         trace = tmp / "trace.json"
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--traced-daemon", str(snap),
-                                 str(trace), args.stamp, "--", "--config", str(tmp / "dl.json"), "--rt-priority", "50"],
-                                stdout=subprocess.PIPE, stderr=open(tmp / "dl.log", "w"), text=True)
+        with open(tmp / "dl.log", "w") as log_f:
+            proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--traced-daemon", str(snap),
+                                     str(trace), args.stamp, "--", "--config", str(tmp / "dl.json"),
+                                     "--rt-priority", "50"], stdout=subprocess.PIPE, stderr=log_f, text=True)
         line = proc.stdout.readline()
         if not line.startswith("READY"):
             raise RuntimeError(f"traced delay line did not start: {line!r} {(tmp / 'dl.log').read_text()[-500:]}")
         client = DelayLineClient(str(tmp / "dl.sock"), timeout=60)
-        from concurrent.futures import ThreadPoolExecutor
+
         def prepare(i: int) -> None:
             if args.rules == "own":
                 bd.prepare_ns(t.ns(i), per_ns[i])      # the revision's own rules
