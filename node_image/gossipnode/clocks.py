@@ -10,14 +10,20 @@ import random
 
 
 class StepClock:
-    """Steps of `interval` seconds from `origin`; step k fires once at a random point inside [k, k+1)."""
+    """Steps of `interval` seconds from `origin`; step k fires once at a random point inside [k, k+1): a new point
+    every step (`fixed_phase` false, the default), or the same offset in every step, drawn once (`fixed_phase`
+    true: step k fires at origin + (k + phase) * interval). The first draw is the same in both, and a fixed phase
+    draws nothing after it."""
 
-    def __init__(self, interval: float, origin: float, rng: random.Random) -> None:
+    def __init__(self, interval: float, origin: float, rng: random.Random, fixed_phase: bool = False) -> None:
         self.interval = interval
         self.origin = origin
         self.rng = rng
         self.index = 0
-        self.due = origin + rng.random() * interval
+        self.phase: float | None = rng.random()
+        self.due = origin + self.phase * interval
+        if not fixed_phase:
+            self.phase = None
 
     def advance(self, now: float) -> int:
         """The step at `due` has fired at `now`: schedule the next one. Returns how many steps were skipped.
@@ -30,7 +36,8 @@ class StepClock:
             nxt = self.index + 1
         skipped = nxt - self.index - 1
         self.index = nxt
-        self.due = self.origin + (nxt + self.rng.random()) * self.interval
+        offset = self.rng.random() if self.phase is None else self.phase
+        self.due = self.origin + (nxt + offset) * self.interval
         return skipped
 
 

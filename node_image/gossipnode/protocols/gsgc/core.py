@@ -101,8 +101,9 @@ class GsgcNode(Core):
         self._last_probed = -1
         self._refresh_views()
 
-        self.main_clock = StepClock(p.step_s, now, self.rng)
-        self.sc_clock = StepClock(p.sc_step_s or p.step_s, now, self.rng) if self.is_sc else None
+        fixed = p.start_phase == "fixed"
+        self.main_clock = StepClock(p.step_s, now, self.rng, fixed_phase=fixed)
+        self.sc_clock = StepClock(p.sc_step_s or p.step_s, now, self.rng, fixed_phase=fixed) if self.is_sc else None
         self.source: DataSource | None = None
         if self.me in self.senders and cfg.workload is not None:
             self.source = DataSource(cfg.workload, MIN_DATA_SIZE, now, self.rng)

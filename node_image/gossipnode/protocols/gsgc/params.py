@@ -56,6 +56,12 @@ class GsgcParams(Strict):
     piggyback_stability: bool = Field(
         default=True, description="gossip carries S beside M (Figure 2: GOSSIP, SC_GOSSIP); false: M and W only "
                                   "(GOSSIP_M, SC_GOSSIP_M), S travels in STABLE alone (the paper's optimised scheme)")
+    start_phase: Literal["per_step", "fixed"] = Field(
+        default="per_step",
+        description="where in each step a member gossips (the paper: \"starting points scattered randomly during the "
+                    "interval of one step\"): per_step = a new uniformly random point every step; fixed = a random "
+                    "phase drawn once per member, the same point in every step",
+    )
     gossip_drop_p: float = Field(
         default=0.0, ge=0.0, le=1.0,
         description="drop each GOSSIP at the sender with this probability (the paper's Simulation II sender drops)",
