@@ -243,23 +243,34 @@ def _plt():
     return plt
 
 
-def fig_vs_f(agg: list[dict], key: str, ylabel: str, title: str, path: Path, ylim=None) -> None:
+def fig_vs_f(agg: list[dict], key: str, ylabel: str, title: str, path: Path, ylim=None,
+             excluded: list[dict] | None = None, model: list[dict] | None = None) -> None:
+    """One line per protocol (mean, 95 % CI bars); `excluded` runs as faint crosses in the protocol's colour;
+    `model` (gossip_model rows: fail, n50_view35, n10000_view35) as dashed reference lines."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for p in PROTOCOLS:
+    for i, p in enumerate(PROTOCOLS):
+        color = f"C{i}"
         rows = [r for r in agg if r["protocol"] == p and r[key] is not None]
-        if not rows:
-            continue
-        xs = [100 * r["fail"] for r in rows]
-        ax.errorbar(xs, [r[key] for r in rows], yerr=[r[f"{key}_ci95"] or 0 for r in rows], marker=MARKERS[p],
-                    capsize=3, label=TITLES[p])
+        if rows:
+            xs = [100 * r["fail"] for r in rows]
+            ax.errorbar(xs, [r[key] for r in rows], yerr=[r[f"{key}_ci95"] or 0 for r in rows],
+                        marker=MARKERS[p], capsize=3, label=TITLES[p], color=color)
+        bad = [r for r in excluded or [] if r["protocol"] == p and r.get(key) is not None]
+        if bad:
+            ax.scatter([100 * r["fail"] + (i - 1.5) for r in bad], [r[key] for r in bad], marker="x", s=18,
+                       color=color, alpha=0.45, label=f"{TITLES[p]}: crash took > 1 s (left out)")
+    for col, label, style in (("n10000_view35", "model, 10 000 members (Cyclon-like views)", "--"),
+                              ("n50_view35", "model, 50 members", ":")):
+        if model:
+            ax.plot([100 * m["fail"] for m in model], [m[col] for m in model], style, color="grey", label=label)
     ax.set_xlabel("failed members (%)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     if ylim:
         ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=6.5, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -319,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sweeps", nargs="+", type=Path, help="sweep directories (sweep.json) or run directories")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="gossip_model results (json: fail, n50_view35, n10000_view35) drawn as reference lines")
     a = ap.parse_args(argv)
     load = read_load(a.load)
     dirs: list[Path] = []
@@ -345,15 +358,17 @@ def main(argv: list[str] | None = None) -> int:
     (a.out / "summary.json").write_text(json.dumps({"runs": len(every), "valid_runs": len(runs),
                                                     "max_crash_spread_s": MAX_CRASH_SPREAD_S, "points": agg},
                                                    indent=1, default=str))
+    excluded = [r for r in every if not r["valid"]]
+    model = json.loads(a.model.read_text()) if a.model and a.model.exists() else None
     fig_vs_f(agg, "reliability_after", "reliability (mean over broadcasts after the crash)",
              "Figure 2: reliability after the crash (50 members; 20 s = 40 cycles)",
-             a.out / "fig2_reliability.png", (0, 1.05))
+             a.out / "fig2_reliability.png", (0, 1.05), excluded, model)
     fig_vs_f(agg, "reliability_after_first", "reliability (broadcasts of the first 2 cycles, 1 s)",
              "Figure 2, paper's setting: broadcasts before the cycles go on",
-             a.out / "fig2_reliability_first_cycles.png", (0, 1.05))
+             a.out / "fig2_reliability_first_cycles.png", (0, 1.05), excluded, model)
     fig_vs_f(agg, "cycles_to_heal_mean", "membership cycles to heal",
              "Figure 4: cycles until the mean over 4 cycles regains the pre-crash reliability",
-             a.out / "fig4_healing.png")
+             a.out / "fig4_healing.png", None, excluded)
     fig_after_failure(runs, a.out / "fig3_after_failure.png")
     (a.out / "tables.md").write_text(markdown_tables(agg))
     for r in agg:
