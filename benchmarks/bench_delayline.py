@@ -66,29 +66,42 @@ PAYLOAD = 72  # + 8 UDP + 20 IP = 100 B packets
 _HDR = struct.Struct("!dIi")
 
 # Receiver (own process, real-time, in the root's namespace): one-way delay error of every packet against
-# depth(leaf) x (delay + serialisation); it counts from the first packet with seq >= 0 (the warm-up uses -1)
-# until it has been idle for 1 s. CLOCK_MONOTONIC is one clock for all namespaces.
+# depth(leaf) x (delay + serialisation), at the kernel's receive timestamp (SO_TIMESTAMPNS: our own wake-up is
+# not the delay line's error; docs/delayline-tail.md measured it at p99 0.2-1.2 ms at SCHED_FIFO 40, 9-23 ms
+# without); it counts from the first packet with seq >= 0 (the warm-up uses -1) until it has been idle for 1 s.
+# CLOCK_MONOTONIC is one clock for all namespaces.
 RECEIVER = """
 import json, socket, struct, sys, time
 addr, port, per_hop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 depth = {int(k): v for k, v in json.loads(sys.argv[4]).items()}
 hdr = struct.Struct("!dIi")
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 23)
+s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # the kernel's receive time, not our (late) read
 s.bind((addr, port))
 s.settimeout(0.1)
+def rt_offset():  # CLOCK_REALTIME - CLOCK_MONOTONIC, tightest of 50 readings
+    return min(((b - a, r - (a + b) / 2) for a, r, b in
+                ((time.monotonic(), time.time(), time.monotonic()) for _ in range(50))))[1]
+off = rt_offset()
+ts_fmt = struct.Struct("=qq")
 print("bound", flush=True)
 errs, last = [], None
 while last is None or time.monotonic() - last < 1.0:
     try:
-        data = s.recv(2048)
+        data, anc, _fl, _ad = s.recvmsg(2048, socket.CMSG_SPACE(16))
     except socket.timeout:
         continue
-    now = time.monotonic()
+    now = last_read = time.monotonic()
+    for lvl, typ, d in anc:
+        if lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS:
+            sec, nsec = ts_fmt.unpack_from(d)
+            now = sec + nsec * 1e-9 - off
     ts, leaf, seq = hdr.unpack_from(data)
     if seq < 0:
         continue
-    last = now
+    last = last_read
     errs.append(now - ts - depth[leaf] * per_hop)
 errs.sort()
 q = lambda p: errs[min(len(errs) - 1, int(p * len(errs)))]
@@ -283,6 +296,8 @@ def measure(t: Tree, proc, client, specs, pps: float, args, setup: dict) -> dict
                 d = due - time.monotonic()
                 if d > 0:
                     time.sleep(d)
+                elif d < -1 / pps:       # we were not scheduled: keep the spacing (a catch-up burst would be
+                    start -= d           # queued by the link model, correctly, and counted as its error)
                 leaf, s = socks[k]
                 k = (k + 1) % len(socks)
                 s.sendto(_HDR.pack(time.monotonic(), leaf, seq0 if seq0 < 0 else seq0 + sent) + pad, dst)

@@ -16,7 +16,8 @@ interface mc0), which forwards it onto the tree links, each copy shaped once by 
 elsewhere is forwarded onto mc0 too (the (*,G) entry of a member lists mc0 among its outgoing interfaces); the
 kernel delivers that copy locally (looped back, never transmitted) exactly once, whatever link it came in on.
 Members never join on the links: a copy forwarded out of a link the node has joined on is looped back through
-that link's POSTROUTING hook (the delay line would queue it) and delivered a second time.
+that link's output path and delivered a second time (and, while the delay line's rules were in POSTROUTING,
+queued a second time too).
 """
 from __future__ import annotations
 

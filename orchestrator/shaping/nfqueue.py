@@ -45,6 +45,7 @@ NFQNL_COPY_PACKET = 2
 
 NFQA_PACKET_HDR = 1
 NFQA_VERDICT_HDR = 2
+NFQA_TIMESTAMP = 4
 NFQA_PAYLOAD = 10
 NFQA_CAP_LEN = 13
 
@@ -58,6 +59,7 @@ _NL_LEN_TYPE = struct.Struct("=IH")
 _I32 = struct.Struct("=i")
 _U16BE = struct.Struct(">H")
 _U32BE = struct.Struct(">I")
+_TS = struct.Struct(">QQ")
 
 
 class NetlinkError(OSError):
@@ -123,9 +125,11 @@ def verdict(queue_num: int, packet_id: int, v: int) -> bytes:
                          v, packet_id)
 
 
-def packet_parser(copy_range: int) -> Callable:
+def packet_parser(copy_range: int, with_time: bool = False) -> Callable:
     """The one parser of what a queue socket delivers. Returns `parse(buf, n) -> (packets, errors)`:
-    `packets` lists (queue_num, packet_id, ip_length) of every NFQNL_MSG_PACKET in buf[:n], in order;
+    `packets` lists (queue_num, packet_id, ip_length) of every NFQNL_MSG_PACKET in buf[:n], in order
+    (`with_time`: (queue_num, packet_id, ip_length, kernel_time), kernel_time the packet's NFQA_TIMESTAMP in
+    CLOCK_REALTIME seconds, 0.0 without one: forwarded packets queued in FORWARD carry their receive time);
     `errors` is None or the errnos of the negative NLMSG_ERROR acks among them (a rejected verdict).
     `ip_length` is the IPv4 total length (NFQA_CAP_LEN, or the copied length, when the packet is not IPv4).
 
@@ -134,10 +138,11 @@ def packet_parser(copy_range: int) -> Callable:
     path: one call per recv, not per packet)."""
     pay_span = (4 + copy_range + 3) & ~3
     pay_attr = (4 + copy_range, NFQA_PAYLOAD)
+    ts_attr = (20, NFQA_TIMESTAMP)
 
     def parse(buf, n: int, hdr=_NL_LEN_TYPE.unpack_from, attr=_NLATTR.unpack_from, be16=_U16BE.unpack_from,
-              be32=_U32BE.unpack_from, i32=_I32.unpack_from, pay_span=pay_span, pay_attr=pay_attr,
-              MSG_PACKET=MSG_PACKET, NFQA_PACKET_HDR=NFQA_PACKET_HDR):
+              be32=_U32BE.unpack_from, i32=_I32.unpack_from, ts=_TS.unpack_from, pay_span=pay_span,
+              pay_attr=pay_attr, ts_attr=ts_attr, MSG_PACKET=MSG_PACKET, NFQA_PACKET_HDR=NFQA_PACKET_HDR):
         pkts: list[tuple[int, int, int]] = []
         append = pkts.append
         errors = None
@@ -152,10 +157,22 @@ def packet_parser(copy_range: int) -> Callable:
                 a = end - pay_span
                 if a >= off + 28 and attr(buf, off + 20)[1] == NFQA_PACKET_HDR and attr(buf, a) == pay_attr \
                         and buf[a + 4] >> 4 == 4:
-                    append((qnum, be32(buf, off + 24)[0], be16(buf, a + 6)[0]))
+                    if not with_time:
+                        append((qnum, be32(buf, off + 24)[0], be16(buf, a + 6)[0]))
+                        off += (mlen + 3) & ~3
+                        continue
+                    # as the kernel (6.x) orders them: ... TIMESTAMP, CAP_LEN, [SKB_INFO], PAYLOAD
+                    kt = 0.0
+                    for b in (a - 36, a - 28):
+                        if b >= off + 28 and attr(buf, b) == ts_attr:
+                            sec, usec = ts(buf, b + 4)
+                            kt = sec + usec * 1e-6
+                            break
+                    append((qnum, be32(buf, off + 24)[0], be16(buf, a + 6)[0], kt))
                 else:
                     pkt_id = -1
                     length = cap_len = 0
+                    kt = 0.0
                     a = off + 20
                     while a + 4 <= end:
                         alen, atype = attr(buf, a)
@@ -169,8 +186,12 @@ def packet_parser(copy_range: int) -> Callable:
                             length = be16(buf, a + 6)[0] if plen >= 4 and buf[a + 4] >> 4 == 4 else plen
                         elif atype == NFQA_CAP_LEN:
                             cap_len = be32(buf, a + 4)[0]
+                        elif atype == NFQA_TIMESTAMP and alen >= 20:
+                            sec, usec = ts(buf, a + 4)
+                            kt = sec + usec * 1e-6
                         a += (alen + 3) & ~3
-                    append((qnum, pkt_id, length or cap_len))
+                    append((qnum, pkt_id, length or cap_len, kt) if with_time
+                           else (qnum, pkt_id, length or cap_len))
             elif mtype == NLMSG_ERROR:
                 err = i32(buf, off + 16)[0]
                 if err:

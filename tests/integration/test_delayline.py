@@ -104,7 +104,7 @@ class Lab:
         """Not something the orchestrator does (its teardown deletes the namespaces, rules and all): here, to
         show that a namespace without the rules is normal again."""
         for n in self.ifq:
-            _run(["ip", "netns", "exec", n, "iptables", "-w", "-t", "mangle", "-F", "POSTROUTING"])
+            _run(["ip", "netns", "exec", n, "iptables", "-w", "-t", "mangle", "-F"])   # FORWARD and OUTPUT
 
     def sh(self, short: str, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
         return _run(["ip", "netns", "exec", self.ns(short), *argv], check=check)

@@ -90,12 +90,37 @@ def test_verdict_layout():
     assert struct.unpack_from(">II", v, 24) == (nfq.NF_ACCEPT, 0xDEADBEEF)
 
 
+def test_parser_with_time_reads_the_kernel_timestamp():
+    """A forwarded packet as the kernel (6.18) queues it from FORWARD: PACKET_HDR INDEV OUTDEV HWADDR TIMESTAMP
+    CAP_LEN SKB_INFO PAYLOAD; a local one (OUTPUT) has no TIMESTAMP."""
+    def attr(t, p):
+        n = 4 + len(p)
+        return struct.pack("=HH", n, t) + p + b"\0" * ((4 - n % 4) % 4)
+
+    def msg(ts, skb_info=True):
+        ip = bytes([0x45, 0]) + struct.pack(">H", 100) + bytes(COPY - 4)
+        a = attr(1, struct.pack(">IHB", 77, 0x800, 4)) + attr(5, struct.pack(">I", 2)) + attr(6, struct.pack(">I", 3))
+        if ts is not None:
+            a += attr(9, bytes(12)) + attr(4, struct.pack(">QQ", *ts))
+        a += attr(13, struct.pack(">I", 100)) + (attr(14, struct.pack(">I", 0)) if skb_info else b"") + attr(10, ip)
+        body = struct.pack("=BB", 2, 0) + struct.pack(">H", 5) + a
+        return struct.pack("=IHHII", 16 + len(body), nfq.MSG_PACKET, 0, 0, 0) + body
+
+    parse = nfq.packet_parser(COPY, with_time=True)
+    buf = msg((1_700_000_000, 250_000)) + msg((1_700_000_001, 0), skb_info=False) + msg(None)
+    assert parse(buf, len(buf))[0] == [(5, 77, 100, 1_700_000_000.25), (5, 77, 100, 1_700_000_001.0),
+                                       (5, 77, 100, 0.0)]
+    assert nfq.packet_parser(COPY)(buf, len(buf))[0] == [(5, 77, 100)] * 3
+
+
 def test_render_rules_text():
     r = render_rules([("eth0", 0), ("h3-eth1", 7)])
     assert r.splitlines() == [
         "*mangle",
-        "-A POSTROUTING -o eth0 -m comment --comment delayline -j NFQUEUE --queue-num 0",
-        "-A POSTROUTING -o h3-eth1 -m comment --comment delayline -j NFQUEUE --queue-num 7",
+        "-A FORWARD -o eth0 -m comment --comment delayline -j NFQUEUE --queue-num 0",
+        "-A OUTPUT -o eth0 -m comment --comment delayline -j NFQUEUE --queue-num 0",
+        "-A FORWARD -o h3-eth1 -m comment --comment delayline -j NFQUEUE --queue-num 7",
+        "-A OUTPUT -o h3-eth1 -m comment --comment delayline -j NFQUEUE --queue-num 7",
         "COMMIT",
     ]
     assert "--queue-bypass" not in r and "fail" not in r      # fail closed

@@ -1,8 +1,8 @@
 """The delay line: netem semantics without sch_netem, for every link direction of a lab, in ONE process.
 
-Each shaped egress interface has an iptables rule (mangle POSTROUTING, `-o IF -j NFQUEUE --queue-num N`, no
-bypass) that hands its IPv4 packets to the daemon. One event loop serves the NFQUEUEs of every namespace; each
-packet's fate (drop, or its release time) is decided by its link direction's model. A dead delay line fails
+Each shaped egress interface has iptables rules (mangle FORWARD and OUTPUT, `-o IF -j NFQUEUE --queue-num N`,
+no bypass; forwarded packets bring the kernel's receive time) that hand its IPv4 packets to the daemon. One event
+loop serves the NFQUEUEs of every namespace; each packet's fate (drop, or its release time) is decided by its link direction's model. A dead delay line fails
 closed: the kernel drops what it held and every later packet of a shaped interface.
 
 The parts (DELAYLINE.md has the design, the protocol and the measurements):

@@ -33,6 +33,7 @@
 #define NLM_F_REQUEST 1
 #define NFQA_PACKET_HDR 1
 #define NFQA_VERDICT_HDR 2
+#define NFQA_TIMESTAMP 4
 #define NFQA_PAYLOAD 10
 #define NFQA_CAP_LEN 13
 
@@ -485,9 +486,20 @@ void engine_verdict(dl_engine *e, int i, int qnum, uint32_t id, int v) {
     }
 }
 
-/* One queued-packet message: (qnum, id, IPv4 total length, or the copied / captured length). As nfqueue.py's
-   packet_parser. Returns 1 for a packet, 2 for a negative ack (errno in *len), 0 otherwise. */
-static int parse_one(const uint8_t *m, uint32_t mlen, int *qnum, uint32_t *id, int *len) {
+/* CLOCK_REALTIME - CLOCK_MONOTONIC (s): NFQA_TIMESTAMP is realtime. */
+static double realtime_minus_mono(void) {
+    struct timespec r, a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    clock_gettime(CLOCK_REALTIME, &r);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double m = ((double)a.tv_sec + (double)b.tv_sec + (a.tv_nsec + b.tv_nsec) * 1e-9) / 2;
+    return (double)r.tv_sec + r.tv_nsec * 1e-9 - m;
+}
+
+/* One queued-packet message: (qnum, id, IPv4 total length, or the copied / captured length; with kt: its
+   NFQA_TIMESTAMP in realtime seconds, 0 without one). As nfqueue.py's packet_parser. Returns 1 for a packet, 2 for
+   a negative ack (errno in *len), 0 otherwise. */
+static int parse_one(const uint8_t *m, uint32_t mlen, int *qnum, uint32_t *id, int *len, double *kt) {
     uint16_t mtype;
     memcpy(&mtype, m + 4, 2);
     if (mtype == MSG_PACKET) {
@@ -510,6 +522,10 @@ static int parse_one(const uint8_t *m, uint32_t mlen, int *qnum, uint32_t *id, i
                 length = (plen >= 4 && (m[a + 4] >> 4) == 4) ? get16be(m + a + 6) : plen;
             } else if (atype == NFQA_CAP_LEN && alen >= 8) {
                 cap = get32be(m + a + 4);
+            } else if (kt && atype == NFQA_TIMESTAMP && alen >= 20) {
+                uint64_t sec = ((uint64_t)get32be(m + a + 4) << 32) | get32be(m + a + 8);
+                uint64_t usec = ((uint64_t)get32be(m + a + 12) << 32) | get32be(m + a + 16);
+                *kt = (double)sec + (double)usec * 1e-6;
             }
             a += (alen + 3) & ~3u;
         }
@@ -537,7 +553,7 @@ int engine_parse(const uint8_t *buf, size_t n, int copy_range, int *qnums, uint3
         memcpy(&mlen, buf + off, 4);
         if (mlen < 16) break;
         if (off + mlen > n) mlen = (uint32_t)(n - off);
-        int r = parse_one(buf + off, mlen, &qnums[k], &ids[k], &lens[k]);
+        int r = parse_one(buf + off, mlen, &qnums[k], &ids[k], &lens[k], NULL);
         if (r == 1) k++;
         off += (mlen + 3) & ~3u;
     }
@@ -547,6 +563,8 @@ int engine_parse(const uint8_t *buf, size_t n, int copy_range, int *qnums, uint3
 void engine_admit_buf(dl_engine *e, int i, const uint8_t *buf, size_t n, double now) {
     dl_ns *ns = &e->ns[i];
     size_t off = 0;
+    double rt_off = 0.0;
+    int have_off = 0;
     while (off + 16 <= n) {
         uint32_t mlen;
         memcpy(&mlen, buf + off, 4);
@@ -554,7 +572,8 @@ void engine_admit_buf(dl_engine *e, int i, const uint8_t *buf, size_t n, double 
         if (off + mlen > n) mlen = (uint32_t)(n - off);
         int qnum, len;
         uint32_t id;
-        int r = parse_one(buf + off, mlen, &qnum, &id, &len);
+        double kt = 0.0;
+        int r = parse_one(buf + off, mlen, &qnum, &id, &len, &kt);
         off += (mlen + 3) & ~3u;
         if (r == 2) {
             e->verdict_errors++;
@@ -570,7 +589,16 @@ void engine_admit_buf(dl_engine *e, int i, const uint8_t *buf, size_t n, double 
             engine_verdict(e, i, qnum, id, 0);
             continue;
         }
-        double rel = link_admit(l, now, len);
+        /* a forwarded packet queued in FORWARD carries the time it arrived in this namespace: admit it then */
+        double t = now;
+        if (kt > 0.0) {
+            if (!have_off) {
+                rt_off = realtime_minus_mono();
+                have_off = 1;
+            }
+            if (kt - rt_off < now) t = kt - rt_off;
+        }
+        double rel = link_admit(l, t, len);
         if (rel < 0) {
             engine_verdict(e, i, qnum, id, 0);
         } else if (rel <= now) {

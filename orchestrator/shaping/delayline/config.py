@@ -50,8 +50,11 @@ def render_rules(queues: Sequence[tuple[str, int]]) -> str:
     """iptables-restore input (apply with `iptables-restore --noflush` inside the namespace) that sends every
     IPv4 packet leaving each (ifname, queue_num) to that NFQUEUE. No --queue-bypass: without a listener the
     kernel drops (fail closed). iptables only sees IPv4 (the orchestrator disables IPv6 in every namespace),
-    ARP is never queued. Apply it only after the delay line printed READY (queues bound first)."""
-    lines = ["*mangle"] + [f"-A {_rule(i, q)}" for i, q in queues] + ["COMMIT", ""]
+    ARP is never queued. Apply it only after the delay line printed READY (queues bound first).
+    Forwarded packets are queued in FORWARD, where they still carry the kernel's receive timestamp (the delay
+    line's arrival time; ip_forward_finish clears it before POSTROUTING), the namespace's own ones in OUTPUT."""
+    lines = ["*mangle"] + [f"-A {chain} {_rule(i, q)}" for i, q in queues for chain in ("FORWARD", "OUTPUT")] \
+        + ["COMMIT", ""]
     return "\n".join(lines)
 
 
@@ -60,5 +63,5 @@ def _rule(ifname: str, queue_num: int) -> str:
         raise ValueError(f"bad interface name {ifname!r}")
     if not 0 <= int(queue_num) <= 65535:
         raise ValueError(f"queue number {queue_num} out of range 0..65535")
-    return (f"POSTROUTING -o {ifname} -m comment --comment delayline "
+    return (f"-o {ifname} -m comment --comment delayline "
             f"-j NFQUEUE --queue-num {int(queue_num)}")

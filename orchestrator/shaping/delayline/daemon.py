@@ -134,6 +134,7 @@ class DelayLine(EventLoop):
         return st
 
     def _housekeep(self) -> None:
+        super()._housekeep()
         order = self._hk_order
         if not order:
             return
@@ -218,7 +219,7 @@ class DelayLine(EventLoop):
                     k = ns.nl.sock.recv_into(self.buf)
                 except (BlockingIOError, OSError):
                     break
-                for qnum, pkt_id, _len in self.parse(self.buf, k)[0]:
+                for qnum, pkt_id, *_ in self.parse(self.buf, k)[0]:
                     self._verdict(ns, qnum, pkt_id, nfq.NF_ACCEPT)
                     d = ns.dirs.get(qnum)
                     if d is not None:

@@ -12,6 +12,7 @@ import heapq
 import math
 import os
 import select
+import socket
 import sys
 import time
 from array import array
@@ -70,6 +71,18 @@ class TimerFd:
         v = self._spec.it_value
         v.tv_sec = v.tv_nsec = 0
         _libc.timerfd_settime(self.fd, 0, self._ref, None)
+
+
+def realtime_minus_monotonic() -> float:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC (s), from the tightest of a few readings (NFQA_TIMESTAMP is realtime)."""
+    best = (math.inf, 0.0)
+    for _ in range(5):
+        a = time.monotonic()
+        r = time.time()
+        b = time.monotonic()
+        if b - a < best[0]:
+            best = (b - a, r - (a + b) / 2)
+    return best[1]
 
 
 def log(msg: str) -> None:
@@ -149,7 +162,12 @@ class EventLoop:
 
     def __init__(self, copy_range: int = DEFAULT_COPY_RANGE):
         self.copy_range = copy_range
-        self.parse = nfq.packet_parser(copy_range)
+        self.parse = nfq.packet_parser(copy_range, with_time=True)
+        # The kernel takes receive timestamps only while some socket asks for them (a global switch): with this
+        # one open, a forwarded packet reaches us with the time it arrived in its namespace (NFQA_TIMESTAMP).
+        self.ts_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self.ts_sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)
+        self.rt_offset = realtime_minus_monotonic()
         self.ep = select.epoll()
         self.handlers: dict[int, object] = {}
         self.namespaces: dict[tuple, Namespace] = {}
@@ -229,20 +247,23 @@ class EventLoop:
                 self._verdict_errors(ns, errors)
 
     def _admit(self, ns: Namespace, pkts, now: float) -> None:
-        """Decide every packet in `pkts` (arrived at `now` in `ns`): verdict now, or hold it in the heap."""
+        """Decide every packet in `pkts` (arrived at `now` in `ns`, or at its kernel timestamp when it has an
+        earlier one): verdict now, or hold it in the heap."""
         dirs = ns.dirs.get
+        off = self.rt_offset
         pending = ns.pending
         verdict = nfq.verdict
         heap = self.heap
         push = heapq.heappush
         seq = self.seq
-        for qnum, pkt_id, length in pkts:
+        for qnum, pkt_id, length, kt in pkts:
             d = dirs(qnum)
             if d is None:
                 self.unknown_queue += 1
                 v = nfq.NF_DROP
             else:
-                rel = d.admit(now, length)
+                t = kt - off if kt else now
+                rel = d.admit(t if t < now else now, length)
                 if rel is None:
                     v = nfq.NF_DROP
                 elif rel <= now:
@@ -363,7 +384,8 @@ class EventLoop:
             log(f"FATAL {msg}")
 
     def _housekeep(self) -> None:
-        """Overridden by the daemon: check a few namespaces' kernel counters."""
+        """Overridden by the daemon (which calls this one too): check a few namespaces' kernel counters."""
+        self.rt_offset = realtime_minus_monotonic()   # follows NTP steps of CLOCK_REALTIME within 10 ms
 
     # ---------------------------------------------------------------- loop
     def run(self) -> None:
