@@ -76,7 +76,7 @@ def _links(d: NodeDriver, op: Op) -> dict:
 
 DISPATCH: dict[OpKind, Callable[[NodeDriver, Op], dict]] = {
     OpKind.CRASH: lambda d, op: d.crash(list(op.targets)),
-    OpKind.START: lambda d, op: d.start_nodes(list(op.targets)),
+    OpKind.START: lambda d, op: d.start_nodes(d.run_at_once(list(op.targets))),
     OpKind.STOP_SIGNAL: lambda d, op: d.pause(list(op.targets)),
     OpKind.CONT_SIGNAL: lambda d, op: d.resume(list(op.targets)),
     OpKind.LINK_SET: _links,

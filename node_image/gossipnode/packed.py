@@ -154,6 +154,9 @@ class PackedMember:
         if cmd == "restart":
             if self.state in (RUNNING, PAUSED):
                 self.crash()
+            # no common start comes again: the new incarnation runs the protocol at once (a process the
+            # orchestrator restarts does the same: NodeDriver.run_at_once)
+            self.runtime_cfg = self.runtime_cfg.model_copy(update={"wait_for_start": False})
             self.start()
             if self.state == FAILED:
                 return {"ok": False, "error": f"member {self.name}: {self.reason}"}, None

@@ -8,6 +8,8 @@ imports no concrete backend. Nothing here prints: progress goes through a `Progr
 """
 from __future__ import annotations
 
+import json
+
 import signal
 import subprocess
 from abc import ABC, abstractmethod
@@ -83,6 +85,21 @@ class NodeDriver(ABC):
         """The node configs as the nodes get them (a backend that runs them elsewhere rewrites paths)."""
         self.configs = configs
         return configs
+
+    def run_at_once(self, names: list[str]) -> list[str]:
+        """A START during the schedule (a restart): no common start will come again, so a member whose config
+        waited for it (`wait_for_start`) runs the protocol as soon as it is up, as a joiner does. Flips the flag in
+        the driver's config and in the run directory's record (what a process started from it reads)."""
+        for n in names:
+            cfg = self.configs.get(n)
+            if cfg is not None and cfg.get("wait_for_start"):
+                cfg["wait_for_start"] = False
+                record = self.ctx.run.path / "configs" / f"{n}.json"
+                if record.exists():
+                    on_disk = json.loads(record.read_text())
+                    on_disk["wait_for_start"] = False
+                    record.write_text(json.dumps(on_disk, indent=1))
+        return names
 
     def prepare(self) -> None:
         """Before captures and nodes: stage files, open sessions, measure clocks (manifest fields via notes())."""

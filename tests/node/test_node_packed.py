@@ -334,3 +334,36 @@ def test_over_tcp_a_paused_member_reads_late_and_a_crashed_one_fails_its_connect
     for cfg in cfgs[:2]:
         failed = [e for e in events(cfg) if e["event"] == "connection_failed" and e["peer"] == 3]
         assert failed and failed[0]["ts"] >= t0 - 0.1, (cfg.name, failed)
+
+
+def test_a_restarted_member_runs_the_protocol_without_waiting_for_a_common_start(tmp_path):
+    """Members that waited for the common start (`wait_for_start`): after a crash, `restart` must run the protocol
+    at once — nobody sends `start` again (it came back idle before)."""
+    socks = bind_loopback(3)
+    (tmp_path / "ctl").mkdir()
+    cfgs = make_configs(3, ports=[s.getsockname()[1] for s in socks], log_dir=tmp_path / "events",
+                        control_dir=tmp_path / "ctl", subgroup=1, step_s=0.1, duration_s=3.0)
+    cfgs = [c.model_copy(update={"wait_for_start": True}) for c in cfgs]
+    host = PackedHost(cfgs, socks)
+    window = {}
+
+    async def main():
+        async def faults():
+            await asyncio.sleep(0.3)
+            for c in cfgs:
+                await ask(c, {"cmd": "start"})
+            await asyncio.sleep(0.5)
+            await ask(cfgs[1], {"cmd": "crash"})
+            await asyncio.sleep(0.3)
+            window["restarted"] = time.time()
+            await ask(cfgs[1], {"cmd": "restart"})
+            await asyncio.sleep(1.0)
+            for c in cfgs:
+                await ask(c, {"cmd": "stop"})
+        await asyncio.gather(host.run(), faults())
+
+    asyncio.run(main())
+    log = events(cfgs[1])
+    started = [e["ts"] for e in log if e["event"] == "protocol_started"]
+    assert len(started) == 2 and started[1] >= window["restarted"]
+    assert [e for e in log if e["event"] == "round_started" and e["ts"] > window["restarted"]]

@@ -122,7 +122,9 @@ def test_run_on_the_fake_backend_writes_a_complete_run_directory(tmp_path, monke
     assert m["status"] == "completed" and m["backend"] == "fake" and m["schedule"]["applied_ops"] == 8
     assert m["t0_unix"] and m["versions"]["python"]
     assert (run_dir / "plan.json").exists() and len(list((run_dir / "configs").glob("*.json"))) == 7
-    assert json.loads((run_dir / "configs" / "h3.json").read_text())["wait_for_start"] is True
+    # the first members waited for the common start; h3, restarted by the schedule, runs at once from then on
+    assert json.loads((run_dir / "configs" / "h1.json").read_text())["wait_for_start"] is True
+    assert json.loads((run_dir / "configs" / "h3.json").read_text())["wait_for_start"] is False
     kinds = [c[0] for c in calls]
     assert kinds[0] == "up" and kinds.index("start_nodes") < kinds.index("await_ready") < kinds.index(
         "start_protocol") < kinds.index("signal") < kinds.index("stop") < kinds.index("teardown")
@@ -160,3 +162,18 @@ def test_an_interrupted_run_stops_collects_and_tears_down(tmp_path, monkeypatch)
     assert m["status"].startswith("interrupted") and m["ended_at"]
     assert [c[0] for c in calls][-2:] == ["stop", "teardown"] and labmod.list_labs() == []
     assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_a_restarted_member_runs_at_once_instead_of_waiting_for_the_common_start(tmp_path):
+    """The first members wait for the common start; a START of the schedule (a restart) comes after it, so the
+    restarted member's config (the driver's and the run directory's record) no longer waits."""
+    runner, backend, driver, state, clock = _runner(tmp_path)
+    for c in driver.configs.values():
+        c["wait_for_start"] = True
+    (runner.run.path / "configs").mkdir(parents=True, exist_ok=True)
+    runner.run.write_configs(driver.configs)
+    driver.start_nodes(list(runner.driver.ctx.first))
+    runner.execute(clock(), 2.0)
+    assert driver.configs["h3"]["wait_for_start"] is False
+    assert json.loads((runner.run.path / "configs" / "h3.json").read_text())["wait_for_start"] is False
+    assert all(c["wait_for_start"] for n, c in driver.configs.items() if n != "h3")
