@@ -87,33 +87,49 @@ class LocalDriver(NodeDriver):
 
         return control.request(self.configs[name]["control"], req, timeout=timeout)
 
+    READY_WHAT = "nodes"            # what the progress line and the errors of await_ready count
+
+    def _exited(self, name: str) -> str | None:
+        """Why `name` can no longer come up (its process ended), or None."""
+        proc = self.nodes[name]
+        if proc.poll() is None:
+            return None
+        return (f"node {name} exited with status {proc.returncode} before the start: "
+                f"{tail(self.ctx.run.path / 'logs' / f'{name}.log')}")
+
+    def _cannot_run(self, name: str, exc: Exception) -> str | None:
+        """Why `name`, whose control socket answered `exc`, will never run, or None (not up yet)."""
+        return None
+
     def await_ready(self, names: list[str], timeout_s: float, stall_s: float = 30.0) -> None:
         """Wait until every node answers on its control socket. Fails after `timeout_s` only if no node came up in
         the last `stall_s` either: on a loaded machine 200 interpreters starting take long, but keep coming up."""
         from gossipnode import control
 
-        progress, run_dir = self.ctx.progress, self.ctx.run.path
-        progress.start("nodes ready", len(names))
+        what, progress = self.READY_WHAT, self.ctx.progress
+        progress.start(f"{what} ready", len(names))
         pending = list(names)
         start = last_up = time.monotonic()
         deadline = start + timeout_s
         while pending:
             for name in list(pending):
-                proc = self.nodes[name]
-                if proc.poll() is not None:
-                    raise OrchestratorError(f"node {name} exited with status {proc.returncode} before the start: "
-                                            f"{tail(run_dir / 'logs' / f'{name}.log')}")
+                gone = self._exited(name)
+                if gone:
+                    raise OrchestratorError(gone)
                 try:
                     self._request(name, {"cmd": "state"}, timeout=2.0)
-                except control.ControlError:
+                except control.ControlError as exc:
+                    why = self._cannot_run(name, exc)
+                    if why:
+                        raise OrchestratorError(why) from None
                     continue
                 pending.remove(name)
                 last_up = time.monotonic()
-                progress.advance("nodes ready")
+                progress.advance(f"{what} ready")
             if pending:
                 now = time.monotonic()
                 if now > deadline and now - last_up > stall_s:
-                    raise OrchestratorError(f"{len(pending)} nodes did not come up within {now - start:.0f} s, none "
+                    raise OrchestratorError(f"{len(pending)} {what} did not come up within {now - start:.0f} s, none "
                                             f"in the last {stall_s:.0f} s (e.g. {pending[0]}): the machine may be "
                                             f"overloaded")
                 time.sleep(0.1)

@@ -187,40 +187,22 @@ class PackedDriver(LocalDriver):
                           f"processes of up to {self.decision.members_per_process}")
         return replies
 
-    def await_ready(self, names: list[str], timeout_s: float, stall_s: float = 30.0) -> None:
-        from gossipnode import control
+    READY_WHAT = "members"
 
-        progress = self.ctx.progress
-        progress.start("members ready", len(names))
-        pending = list(names)
-        start = last_up = time.monotonic()
-        deadline = start + timeout_s
-        while pending:
-            for name in list(pending):
-                pack = self.pack_of[name]
-                if pack.proc.poll() is not None:
-                    raise OrchestratorError(
-                        f"the process of pack {pack.index} ({name} and {len(pack.members) - 1} others) exited with "
-                        f"status {pack.proc.returncode} before the start: "
-                        f"{tail(self.ctx.run.path / 'logs' / f'pack-{pack.index}.log')}")
-                try:
-                    self._request(name, {"cmd": "state"}, timeout=2.0)
-                except control.ControlError as exc:
-                    if " is failed" in str(exc):          # the member could not open its sockets
-                        raise OrchestratorError(
-                            f"member {name} (pack {pack.index}) cannot run: "
-                            f"{tail(self.ctx.run.path / 'logs' / f'pack-{pack.index}.log')}") from None
-                    continue
-                pending.remove(name)
-                last_up = time.monotonic()
-                progress.advance("members ready")
-            if pending:
-                now = time.monotonic()
-                if now > deadline and now - last_up > stall_s:
-                    raise OrchestratorError(f"{len(pending)} members did not come up within {now - start:.0f} s, "
-                                            f"none in the last {stall_s:.0f} s (e.g. {pending[0]}): the machine "
-                                            f"may be overloaded")
-                time.sleep(0.1)
+    def _exited(self, name: str) -> str | None:
+        pack = self.pack_of[name]
+        if pack.proc.poll() is None:
+            return None
+        return (f"the process of pack {pack.index} ({name} and {len(pack.members) - 1} others) exited with status "
+                f"{pack.proc.returncode} before the start: "
+                f"{tail(self.ctx.run.path / 'logs' / f'pack-{pack.index}.log')}")
+
+    def _cannot_run(self, name: str, exc: Exception) -> str | None:
+        if " is failed" not in str(exc):          # not up yet; "failed": the member could not open its sockets
+            return None
+        pack = self.pack_of[name]
+        log = self.ctx.run.path / "logs" / f"pack-{pack.index}.log"
+        return f"member {name} (pack {pack.index}) cannot run: {tail(log)}"
 
     # -- faults, per member, through its control socket
     def _call(self, name: str, req: dict) -> dict:
