@@ -149,7 +149,9 @@ def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) ->
     rows, crash_ts, crash_cyc, n = run_reliability(events, t0)
     cycle_s = next(((e.get("protocol") or {}).get("cycle_s") for e in events if e.get("event") == "node_started"),
                    None) or 1.0
-    h = overlay.healing(rows, crash_ts, crash_cyc, first_s=2 * float(cycle_s))
+    crash_end = max((e["ts"] for e in events if e.get("event") == "action_applied" and e.get("op") == "crash"),
+                    default=None)
+    h = overlay.healing(rows, crash_ts, crash_cyc, first_s=2 * float(cycle_s), first_from=crash_end)
     spec = manifest.get("spec") or {}
     protocol = next(iter(spec.get("protocol") or {}), None)
     sched = (spec.get("schedule") or [{}])[0]

@@ -38,8 +38,10 @@ class OverlayAnalysis(ProtocolAnalysis):
         rel = (overlay.since_crash(d["reliability"], overlay.member_crash_cycles(events, first))
                if first is not None else d["reliability"])
         cycle_s = ctx.run.params.get("cycle_s") or 1.0
+        crash_end = (events.where((F.col("event") == "action_applied") & (F.col("op") == "crash"))
+                     .agg(F.max("ts")).first()[0])
         d["healing"] = overlay.healing(rel, first, overlay.crash_cycle(events, first) if first is not None else None,
-                                       first_s=2 * float(cycle_s))
+                                       first_s=2 * float(cycle_s), first_from=crash_end)
         d["graph"] = {}
         for label, t in (("before", first - 1e-3 if first is not None else end), ("end", end)):
             if t is None:

@@ -21,7 +21,8 @@ Definitions (times are unix seconds):
   broadcasts of cycles c .. c + `window` - 1 (4: ~8 broadcasts at 4/s and 500 ms cycles, near the paper's 10 per
   cycle; 1 = the per-cycle mean alone) reaches the pre-failure reliability minus `tol` (0: from the crash's own
   cycle on; null: never). `reliability_after_first` is the mean over the broadcasts sent in the `first_s` (1 s:
-  2 cycles of 500 ms) after the crash — the closest this testbed comes to Figure 2's setting, where every
+  2 cycles of 500 ms) after the crash has ended (`first_from`: the crash record's time, when the last target
+  was killed; until then targets still forward) — the closest this testbed comes to Figure 2's setting, where every
   broadcast is sent before another membership cycle (here the cycles go on); by time, since on a loaded machine
   the members' cycle counters do not advance together.
 """
@@ -91,7 +92,7 @@ def by_cycle(after: list[dict], crash_cyc: int | None) -> list[dict[str, Any]]:
 
 
 def healing(rel: list[dict], crash_ts: float | None, crash_cyc: int | None, tol: float = 0.01,
-            first_s: float = 1.0, window: int = 4) -> dict[str, Any]:
+            first_s: float = 1.0, window: int = 4, first_from: float | None = None) -> dict[str, Any]:
     """Pre-failure reliability, the post-failure series, and cycles to heal (see the module docstring)."""
     before = [r["reliability"] for r in rel if crash_ts is None or r["sent_ts"] < crash_ts]
     after = [r for r in rel if crash_ts is not None and r["sent_ts"] >= crash_ts]
@@ -104,7 +105,8 @@ def healing(rel: list[dict], crash_ts: float | None, crash_cyc: int | None, tol:
         "crash_cycle": crash_cyc, "cycles_to_heal": None, "heal_broadcast": None,
         "by_cycle": by_cycle(after, crash_cyc), "cycles_to_heal_mean": None,
     }
-    first = [r["reliability"] for r in after if r["sent_ts"] < crash_ts + first_s]
+    t = max(crash_ts, first_from) if first_from is not None and crash_ts is not None else crash_ts
+    first = [r["reliability"] for r in after if t <= r["sent_ts"] < t + first_s]
     out["reliability_after_first"] = statistics.fmean(first) if first else None
     out["broadcasts_after_first"] = len(first)
     target = out["reliability_before"]

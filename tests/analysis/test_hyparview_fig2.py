@@ -32,6 +32,8 @@ def test_healing_groups_by_cycle_since_the_crash_and_finds_the_first_healed_cycl
     assert h["reliability_after_first"] is None and h["broadcasts_after_first"] == 0   # none in [4, 5)
     h2 = overlay.healing(series, 4.0, 10, first_s=2.0)                                   # [4, 6): 5.0, 5.5
     assert (h2["reliability_after_first"], h2["broadcasts_after_first"]) == (pytest.approx(0.6), 2)
+    h3 = overlay.healing(series, 4.0, 10, first_s=1.0, first_from=5.2)      # the crash ended at 5.2: 5.5, 6.0
+    assert (h3["reliability_after_first"], h3["broadcasts_after_first"]) == (pytest.approx(0.8), 2)
     assert h["reliability_after"] == pytest.approx((0.5 + 0.7 + 0.9 + 1.0 + 0.995 + 0.8 + 1.0) / 7)
 
 
@@ -109,8 +111,8 @@ def test_run_reliability_from_event_logs(tmp_path):
     assert r["by_cycle"] == [{"cycle": 2, "broadcasts": 1, "reliability": pytest.approx(2 / 3)},
                              {"cycle": 4, "broadcasts": 1, "reliability": 1.0}]
     # the window from cycle 3 (empty) holds cycles 3-6: only cycle 4's broadcast, at 1.0
-    # no cycle_s logged: 1 s cycles, the first 2 s after the crash hold (0, 2) only
-    assert r["cycles_to_heal_mean"] == 3 and r["reliability_after_first"] == pytest.approx(2 / 3)
+    # no cycle_s logged: 1 s cycles; the first 2 s after the crash's end (10.2 s) hold (0, 2) and (1, 1)
+    assert r["cycles_to_heal_mean"] == 3 and r["reliability_after_first"] == pytest.approx((2 / 3 + 1) / 2)
 
 
 def test_aggregate_mean_and_ci_per_protocol_and_fraction():
