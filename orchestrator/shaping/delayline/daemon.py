@@ -322,21 +322,13 @@ def main(argv: list[str] | None = None) -> int:
             dl.close_namespaces()
         return fail(f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e))
     if k > 1:
-        log(f"routing {len(specs)} queues over {k} shards (engine {engine})"
-            + (f", SCHED_FIFO {args.rt_priority}" if args.rt_priority else ""))
-        sys.stdout.write(f"READY {os.getpid()}\n")
-        sys.stdout.flush()
-        if stop:
-            dl.stopping = True
-        dl.run()
-        dl.shutdown()
-        log("exit")
-        return 0
-    gc.collect()
-    gc.freeze()
-    gc.disable()  # the hot path makes no reference cycles; no collector pauses in the loop
-    log(f"serving {len(dl.dirs)} queues in {len(dl.namespaces)} namespaces, engine {dl.engine_name}"
-        + (f", SCHED_FIFO {args.rt_priority}" if args.rt_priority else ""))
+        what = f"routing {len(specs)} queues over {k} shards (engine {engine})"
+    else:
+        gc.collect()
+        gc.freeze()
+        gc.disable()  # the hot path makes no reference cycles; no collector pauses in the loop
+        what = f"serving {len(dl.dirs)} queues in {len(dl.namespaces)} namespaces, engine {dl.engine_name}"
+    log(what + (f", SCHED_FIFO {args.rt_priority}" if args.rt_priority else ""))
     sys.stdout.write(f"READY {os.getpid()}\n")
     sys.stdout.flush()
     if stop:
