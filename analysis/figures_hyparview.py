@@ -145,7 +145,7 @@ def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) ->
     from analysis.protocols import overlay     # its pure `healing`; importing it starts no Spark
 
     manifest, events = read_events(run_dir)
-    t0 = manifest["t0_unix"]
+    t0 = manifest.get("t0_unix") or manifest.get("started_at") or 0.0
     rows, crash_ts, crash_cyc, n = run_reliability(events, t0)
     cycle_s = next(((e.get("protocol") or {}).get("cycle_s") for e in events if e.get("event") == "node_started"),
                    None) or 1.0
