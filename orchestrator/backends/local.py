@@ -139,11 +139,14 @@ class LocalDriver(NodeDriver):
             self._request(name, {"cmd": "start", "at": at_unix})
 
     def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:
-        for n in names:
-            p = self.nodes.get(n)
-            if p is not None and p.poll() is None:
+        """Signal every node first, then (`wait`) reap them: a crash of many members happens at once (waiting
+        for each before signalling the next spread a 60 % crash of 50 members over 1.5-47 s under load)."""
+        procs = [p for p in (self.nodes.get(n) for n in names) if p is not None]
+        for p in procs:
+            if p.poll() is None:
                 p.send_signal(sig)
-            if wait and p is not None:
+        if wait:
+            for p in procs:
                 p.wait()
         return {}
 
