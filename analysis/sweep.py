@@ -127,9 +127,18 @@ def tune_value(summary: dict, metric: str) -> float | None:
 
 
 def sweep_plugin(summaries: dict[str, dict]) -> ProtocolAnalysis:
-    """The plug-in of the sweep's protocol (from its runs' summaries; GSGC when there are none or they differ)."""
-    names = {protocols.summary_protocol(s) for s in summaries.values() if s}
-    return protocols.get(names.pop() if len(names) == 1 else "gsgc")
+    """The plug-in of the sweep's protocol (from its runs' summaries; GSGC when there are none). A sweep over
+    several protocols takes their plug-ins' sweep values when they all share them (HyParView, Cyclon, Scamp and
+    CyclonAcked: OverlayAnalysis's), else the generic ones."""
+    names = sorted({protocols.summary_protocol(s) for s in summaries.values() if s})
+    if not names:
+        return protocols.get("gsgc")
+    plugins = [protocols.get(n) for n in names]
+    first = type(plugins[0])
+    if all(type(p).sweep_values is first.sweep_values and type(p).sweep_columns is first.sweep_columns
+           for p in plugins):
+        return plugins[0]
+    return protocols.GENERIC
 
 
 def point_rows(index: dict, summaries: dict[str, dict], queues: dict[str, dict],

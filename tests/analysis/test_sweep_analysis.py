@@ -226,3 +226,13 @@ def test_a_sweep_of_another_protocol_takes_its_plug_ins_values(tmp_path):
     assert rows["transport-tcp_r1"]["unfaithful"] == "True" and rows["transport-udp_r0"]["unfaithful"] == "False"
     text = md.read_text()
     assert "(protocol direct)" in text and "| transport | runs (measured) | delivery ratio | latency median (s) |" in text
+
+
+def test_a_sweep_over_several_protocols_takes_the_values_they_share():
+    from analysis.protocols import GENERIC
+
+    overlay = sa.sweep_plugin({"a": {"protocol": "hyparview"}, "b": {"protocol": "cyclon"},
+                               "c": {"protocol": "scamp"}, "d": {"protocol": "cyclonacked"}})
+    assert "reliability_after" in dict(overlay.sweep_columns)
+    assert sa.sweep_plugin({"a": {"protocol": "hyparview"}, "b": {"protocol": "gsgc"}}) is GENERIC
+    assert sa.sweep_plugin({}).name == "gsgc" and sa.sweep_plugin({"a": {}}).name == "gsgc"
