@@ -132,6 +132,9 @@ class MininetBackend(Backend):
         # sysctls: setns in this thread, sequentially (cheap, no process).
         for n in names:
             netns.write_sysctls(ns_name(lab, n), NODE_SYSCTLS)
+        raised = netns.fit_neigh_table(len(netns.existing_all()))
+        if raised:
+            progress.note(f"the kernel's ARP table (one for all namespaces) raised to {raised[2]} entries")
 
         s = shapers.get(shaper)
         if s.userspace:
