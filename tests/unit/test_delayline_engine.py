@@ -273,3 +273,56 @@ def test_the_c_loop_holds_releases_and_hands_back_to_python():
         pyep.close()
         kern.close()
         ours.close()
+
+
+def _stamped(qnum: int, pkt_id: int, kernel_time: float) -> bytes:
+    """A forwarded packet as queued from FORWARD: it carries NFQA_TIMESTAMP (realtime s, us), then CAP_LEN."""
+    from tests.unit.test_delayline_wire import attr
+    sec = int(kernel_time)
+    return packet_msg(qnum, pkt_id, ipv4(100, COPY), cap_len=100,
+                      extra=attr(nfq.NFQA_TIMESTAMP, struct.pack(">QQ", sec, round((kernel_time - sec) * 1e6))))
+
+
+def test_a_packet_whose_kernel_time_makes_it_due_already_goes_out_as_a_late_release_in_both_engines():
+    """Admitted at its kernel arrival time 50 ms ago on a 10 ms link, the packet was due 40 ms ago: it goes out at
+    once, and counts as a held packet released 40 ms late (held back to 0, accepted, a hold-error sample) — the
+    counters had leaked one `held` per such packet and the hold error never saw them."""
+    import socket
+    import time
+
+    from orchestrator.shaping.delayline.config import QueueSpec
+    from orchestrator.shaping.delayline.loop import Direction, EventLoop, Namespace
+
+    # python
+    loop = EventLoop(COPY)
+    ns = object.__new__(Namespace)
+    ns.dirs, ns.pending = {}, []
+    d = ns.dirs[4] = Direction(QueueSpec("l/up", "x", 4, DirParams(delay_s=0.010)), ns, 1)
+    now = time.monotonic()
+    pkts = loop.parse(*(lambda b: (b, len(b)))(_stamped(4, 7, now + loop.rt_offset - 0.050)))[0]
+    loop._admit(ns, pkts, now)
+    assert ns.pending == [nfq.verdict(4, 7, nfq.NF_ACCEPT)]
+    assert (d.held, d.accepted, d.err_n) == (0, 1, 1) and d.err_max == pytest.approx(0.040, abs=0.002)
+    loop.ts_sock.close()
+    loop.ep.close()
+
+    # c
+    m = cengine.load()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        eng = m.ffi.gc(m.lib.engine_new(COPY), m.lib.engine_free)
+        nsi = m.lib.engine_add_ns(eng, a.fileno())
+        link = cengine.CLinkModel(DirParams(delay_s=0.010), seed=1)
+        assert m.lib.engine_add_link(eng, nsi, 4, link.c) == 0
+        now = time.monotonic()
+        buf = _stamped(4, 7, time.time() - 0.050)
+        m.lib.engine_admit_buf(eng, nsi, m.ffi.from_buffer(buf), len(buf), now)
+        assert m.lib.engine_heap_len(eng) == 0 and link.held == 0 and link.accepted == 1
+        assert m.lib.engine_hist_max(eng) == pytest.approx(0.040, abs=0.002)
+        out = m.ffi.new("int[2]")
+        assert m.lib.engine_flush(eng, out, out + 1) == 0
+        assert b.recv(4096) == nfq.verdict(4, 7, nfq.NF_ACCEPT)
+        m.lib.engine_remove_link(eng, link.c)
+    finally:
+        a.close()
+        b.close()

@@ -560,6 +560,8 @@ int engine_parse(const uint8_t *buf, size_t n, int copy_range, int *qnums, uint3
     return k;
 }
 
+static void released(dl_engine *e, dl_link *l, double err);
+
 void engine_admit_buf(dl_engine *e, int i, const uint8_t *buf, size_t n, double now) {
     dl_ns *ns = &e->ns[i];
     size_t off = 0;
@@ -603,6 +605,8 @@ void engine_admit_buf(dl_engine *e, int i, const uint8_t *buf, size_t n, double 
             engine_verdict(e, i, qnum, id, 0);
         } else if (rel <= now) {
             engine_verdict(e, i, qnum, id, 1);
+            /* admitted at its kernel time t, the model held it (rel > t): it goes out now, now - rel late */
+            if (rel > t) released(e, l, now - rel);
         } else if (heap_push(e, rel, l, id) != 0) {
             /* out of memory: release it now rather than lose it */
             l->held--;
@@ -632,38 +636,42 @@ int engine_read(dl_engine *e, int i, double stamp, double *t_empty) {
     return 1;
 }
 
+/* A held packet goes out at `now`, `err` after its release time: counters and the hold error. */
+static void released(dl_engine *e, dl_link *l, double err) {
+    const int last = HIST_BINS - 1;
+    l->held--;
+    l->accepted++;
+    if (!l->ring) l->ring = calloc(RING, sizeof(double));
+    if (l->ring) l->ring[l->err_n % RING] = err;
+    l->err_n++;
+    l->err_sum += err;
+    if (err > l->err_max) l->err_max = err;
+    double bd = (err - HIST_LO_S) / HIST_BIN_S;
+    e->hist[bd >= last ? last : (bd > 0 ? (int)bd : 0)]++;
+    if (err > e->hist_max) {
+        e->hist_max = err;
+        if (err > LATE_S) {
+            e->late = 1;
+            e->late_err = err;
+            e->late_ns = l->ns;
+            e->late_qnum = l->qnum;
+        }
+    }
+    if (err < e->hist_min) e->hist_min = err;
+    e->hist_n++;
+}
+
 int64_t engine_release(dl_engine *e, double now, double horizon) {
     int64_t n = 0;
-    const int last = HIST_BINS - 1;
     while (e->hlen && e->heap[0].t <= horizon) {
         hent x = e->heap[0];
         heap_pop(e);
         dl_link *l = x.l;
         if (x.gen != l->gen) continue;
-        l->held--;
-        l->accepted++;
         engine_verdict(e, l->ns, l->qnum, x.id, 1);
-        double err = now - x.t;
-        if (!l->ring) l->ring = calloc(RING, sizeof(double));
-        if (l->ring) l->ring[l->err_n % RING] = err;
-        l->err_n++;
-        l->err_sum += err;
-        if (err > l->err_max) l->err_max = err;
-        double bd = (err - HIST_LO_S) / HIST_BIN_S;
-        e->hist[bd >= last ? last : (bd > 0 ? (int)bd : 0)]++;
-        if (err > e->hist_max) {
-            e->hist_max = err;
-            if (err > LATE_S) {
-                e->late = 1;
-                e->late_err = err;
-                e->late_ns = l->ns;
-                e->late_qnum = l->qnum;
-            }
-        }
-        if (err < e->hist_min) e->hist_min = err;
+        released(e, l, now - x.t);
         n++;
     }
-    e->hist_n += n;
     return n;
 }
 

@@ -263,11 +263,15 @@ class EventLoop:
                 v = nfq.NF_DROP
             else:
                 t = kt - off if kt else now
-                rel = d.admit(t if t < now else now, length)
+                if t > now:
+                    t = now
+                rel = d.admit(t, length)
                 if rel is None:
                     v = nfq.NF_DROP
                 elif rel <= now:
                     v = nfq.NF_ACCEPT
+                    if rel > t:          # admitted at its kernel time, held by the model: out now, late
+                        self._released(d, now, rel)
                 else:
                     seq += 1
                     push(heap, (rel, seq, d, pkt_id, d.gen))
@@ -301,43 +305,45 @@ class EventLoop:
         horizon = now + self.advance
         heap = self.heap
         pop = heapq.heappop
-        hist = self.hist
         verdict = nfq.verdict
         dirty = self.dirty
-        last = HIST_BINS - 1
-        n = 0
+        released = self._released
         while heap and heap[0][0] <= horizon:
             t, _seq, d, pkt_id, gen = pop(heap)
             if gen != d.gen:
                 continue
-            d.held -= 1          # d.released(), inlined (the hot path)
-            d.accepted += 1
             ns = d.ns
             if not ns.pending:
                 dirty.append(ns)
             ns.pending.append(verdict(d.qnum, pkt_id, 1))
-            err = now - t
-            c = d.err_n
-            ring = d.ring
-            if ring is None:
-                ring = d.ring = array("d", bytes(8 * RING))
-            ring[c % RING] = err
-            d.err_n = c + 1
-            d.err_sum += err
-            if err > d.err_max:
-                d.err_max = err
-            b = int((err - HIST_LO_S) / HIST_BIN_S)
-            hist[(b if b < last else last) if b > 0 else 0] += 1
-            if err > self.hist_max:
-                self.hist_max = err
-                if err > 0.02:
-                    log(f"late release: {err * 1e3:.1f} ms after its due time ({d.id}); "
-                        f"loop iteration began {(now - self.t_wake) * 1e3:.1f} ms ago, "
-                        f"the wait before it lasted {(self.t_wake - self.t_wait) * 1e3:.1f} ms")
-            if err < self.hist_min:
-                self.hist_min = err
-            n += 1
-        self.hist_n += n
+            released(d, now, t)
+
+    def _released(self, d, now: float, t: float) -> None:
+        """A held packet of `d`, due at `t`, goes out at `now`: counters and the hold error."""
+        d.held -= 1
+        d.accepted += 1
+        err = now - t
+        c = d.err_n
+        ring = d.ring
+        if ring is None:
+            ring = d.ring = array("d", bytes(8 * RING))
+        ring[c % RING] = err
+        d.err_n = c + 1
+        d.err_sum += err
+        if err > d.err_max:
+            d.err_max = err
+        b = int((err - HIST_LO_S) / HIST_BIN_S)
+        last = HIST_BINS - 1
+        self.hist[(b if b < last else last) if b > 0 else 0] += 1
+        self.hist_n += 1
+        if err > self.hist_max:
+            self.hist_max = err
+            if err > 0.02:
+                log(f"late release: {err * 1e3:.1f} ms after its due time ({d.id}); "
+                    f"loop iteration began {(now - self.t_wake) * 1e3:.1f} ms ago, "
+                    f"the wait before it lasted {(self.t_wake - self.t_wait) * 1e3:.1f} ms")
+        if err < self.hist_min:
+            self.hist_min = err
 
     def _flush(self) -> None:
         for ns in self.dirty:
