@@ -64,7 +64,10 @@ def test_node_rendering_covers_every_interface():
     assert sorted(x.split()[3] for x in tc if "tbf" in x) == ["h1-eth0", "h1-eth1", "h1-eth2", "h1-eth3"]
     assert rules.count("-A POSTROUTING") == 4 and rules.startswith("*mangle")
     tc, rules = node_shaping(plan, "h1", "delayline")
-    assert tc == [] and rules.count("NFQUEUE --queue-num") == 4
+    # every interface queued twice: forwarded packets in FORWARD (with their kernel arrival time), the node's own
+    # in OUTPUT (orchestrator/shaping/DELAYLINE.md)
+    assert tc == [] and rules.count("-A FORWARD") == rules.count("-A OUTPUT") == 4
+    assert rules.count("NFQUEUE --queue-num") == 8 and "POSTROUTING" not in rules
 
 
 def test_the_three_shapers_share_one_interface():
