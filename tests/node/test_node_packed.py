@@ -342,10 +342,14 @@ def test_a_restarted_member_runs_the_protocol_without_waiting_for_a_common_start
     socks = bind_loopback(3)
     (tmp_path / "ctl").mkdir()
     cfgs = make_configs(3, ports=[s.getsockname()[1] for s in socks], log_dir=tmp_path / "events",
-                        control_dir=tmp_path / "ctl", subgroup=1, step_s=0.1, duration_s=3.0)
+                        control_dir=tmp_path / "ctl", subgroup=1, step_s=0.1, duration_s=30.0)
     cfgs = [c.model_copy(update={"wait_for_start": True}) for c in cfgs]
     host = PackedHost(cfgs, socks)
     window = {}
+
+    def ran_again() -> bool:
+        lines = cfgs[1].event_log.read_text().splitlines()   # the last line may still be half written
+        return any('"round_started"' in ln and json.loads(ln)["ts"] > window["restarted"] for ln in lines[:-1])
 
     async def main():
         async def faults():
@@ -357,7 +361,10 @@ def test_a_restarted_member_runs_the_protocol_without_waiting_for_a_common_start
             await asyncio.sleep(0.3)
             window["restarted"] = time.time()
             await ask(cfgs[1], {"cmd": "restart"})
-            await asyncio.sleep(1.0)
+            # stop once the restarted member ran a round (steps of 0.1 s), or after 20 s on a starved machine
+            deadline = time.monotonic() + 20.0
+            while time.monotonic() < deadline and not ran_again():
+                await asyncio.sleep(0.2)
             for c in cfgs:
                 await ask(c, {"cmd": "stop"})
         await asyncio.gather(host.run(), faults())

@@ -4,6 +4,7 @@ bit, drops, counters) through the pure entry point `link_admit`, and the queued-
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 import os
 import random
 import struct
@@ -139,17 +140,29 @@ def test_parser_matches_the_python_parser():
     assert [(q[j], i[j], ln[j]) for j in range(k)] == py
 
 
-def test_engine_heap_releases_in_order_with_batched_verdicts():
-    """The engine without sockets: admit a buffer of queued-packet messages, release by time; the verdicts it
-    would send are 32-byte ACCEPTs in release order (checked through a socketpair standing in for netlink)."""
+@contextmanager
+def engine_on_socketpair(params: DirParams):
+    """A compiled engine with one namespace whose netlink socket is one end of a socketpair (the other end, `b`,
+    reads the verdicts it sends) and one link on queue 4: (module, engine, namespace index, link, b)."""
     import socket
     m = cengine.load()
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         eng = m.ffi.gc(m.lib.engine_new(COPY), m.lib.engine_free)
         ns = m.lib.engine_add_ns(eng, a.fileno())
-        link = cengine.CLinkModel(DirParams(delay_s=0.010), seed=1)
+        link = cengine.CLinkModel(params, seed=1)
         assert m.lib.engine_add_link(eng, ns, 4, link.c) == 0
+        yield m, eng, ns, link, b
+        m.lib.engine_remove_link(eng, link.c)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_engine_heap_releases_in_order_with_batched_verdicts():
+    """The engine without sockets: admit a buffer of queued-packet messages, release by time; the verdicts it
+    would send are 32-byte ACCEPTs in release order (checked through a socketpair standing in for netlink)."""
+    with engine_on_socketpair(DirParams(delay_s=0.010)) as (m, eng, ns, link, b):
         buf = b"".join(packet_msg(4, 100 + k, ipv4(100, COPY)) for k in range(5)) + packet_msg(9, 1, ipv4(1, COPY))
         m.lib.engine_admit_buf(eng, ns, m.ffi.from_buffer(buf), len(buf), 5.0)
         assert m.lib.engine_heap_len(eng) == 5 and link.held == 5
@@ -163,10 +176,6 @@ def test_engine_heap_releases_in_order_with_batched_verdicts():
         v = b.recv(4096)
         assert v == b"".join(nfq.verdict(4, 100 + k, nfq.NF_ACCEPT) for k in range(5))
         assert link.held == 0 and link.accepted == 5 and not math.isinf(m.lib.engine_hist_max(eng))
-        m.lib.engine_remove_link(eng, link.c)
-    finally:
-        a.close()
-        b.close()
 
 
 def test_shards_partition_keeps_namespaces_whole_and_balances(tmp_path):
@@ -287,11 +296,10 @@ def test_a_packet_whose_kernel_time_makes_it_due_already_goes_out_as_a_late_rele
     """Admitted at its kernel arrival time 50 ms ago on a 10 ms link, the packet was due 40 ms ago: it goes out at
     once, and counts as a held packet released 40 ms late (held back to 0, accepted, a hold-error sample) — the
     counters had leaked one `held` per such packet and the hold error never saw them."""
-    import socket
     import time
 
     from orchestrator.shaping.delayline.config import QueueSpec
-    from orchestrator.shaping.delayline.loop import Direction, EventLoop, Namespace
+    from orchestrator.shaping.delayline.loop import Direction, EventLoop, Namespace, realtime_minus_monotonic
 
     # python
     loop = EventLoop(COPY)
@@ -306,23 +314,13 @@ def test_a_packet_whose_kernel_time_makes_it_due_already_goes_out_as_a_late_rele
     loop.ts_sock.close()
     loop.ep.close()
 
-    # c
-    m = cengine.load()
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        eng = m.ffi.gc(m.lib.engine_new(COPY), m.lib.engine_free)
-        nsi = m.lib.engine_add_ns(eng, a.fileno())
-        link = cengine.CLinkModel(DirParams(delay_s=0.010), seed=1)
-        assert m.lib.engine_add_link(eng, nsi, 4, link.c) == 0
+    # c (the kernel time is derived from `now` itself: descheduling between two clock readings cannot move it)
+    with engine_on_socketpair(DirParams(delay_s=0.010)) as (m, eng, nsi, link, b):
         now = time.monotonic()
-        buf = _stamped(4, 7, time.time() - 0.050)
+        buf = _stamped(4, 7, now + realtime_minus_monotonic() - 0.050)
         m.lib.engine_admit_buf(eng, nsi, m.ffi.from_buffer(buf), len(buf), now)
         assert m.lib.engine_heap_len(eng) == 0 and link.held == 0 and link.accepted == 1
         assert m.lib.engine_hist_max(eng) == pytest.approx(0.040, abs=0.002)
         out = m.ffi.new("int[2]")
         assert m.lib.engine_flush(eng, out, out + 1) == 0
         assert b.recv(4096) == nfq.verdict(4, 7, nfq.NF_ACCEPT)
-        m.lib.engine_remove_link(eng, link.c)
-    finally:
-        a.close()
-        b.close()

@@ -148,15 +148,12 @@ class CDirection(CLinkModel):
         c.err_max = 0.0
 
     def stats(self, now: float) -> dict:
-        from orchestrator.shaping.delayline.loop import RING, quantile
+        from orchestrator.shaping.delayline.loop import RING, hold_error_stats
         c = self.c
         n = int(c.err_n)
         samples = sorted(load().ffi.unpack(c.ring, min(n, RING))) if n and c.ring != load().ffi.NULL else []
         out = self.counters(now)
-        out["hold_error"] = {"count": n, "mean_s": c.err_sum / n if n else None,
-                             "p50_s": quantile(samples, 0.5), "p99_s": quantile(samples, 0.99),
-                             "max_s": c.err_max if n else None, "min_s": samples[0] if samples else None,
-                             "window": len(samples)}
+        out["hold_error"] = hold_error_stats(n, c.err_sum, c.err_max, samples)
         return out
 
 

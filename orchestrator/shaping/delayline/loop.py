@@ -113,11 +113,16 @@ class Direction(LinkModel):
         n = self.err_n
         samples = sorted(self.ring[: min(n, RING)]) if self.ring is not None else []
         out = self.counters(now)
-        out["hold_error"] = {"count": n, "mean_s": self.err_sum / n if n else None,
-                             "p50_s": quantile(samples, 0.5), "p99_s": quantile(samples, 0.99),
-                             "max_s": self.err_max if n else None, "min_s": samples[0] if samples else None,
-                             "window": len(samples)}
+        out["hold_error"] = hold_error_stats(n, self.err_sum, self.err_max, samples)
         return out
+
+
+def hold_error_stats(n: int, err_sum: float, err_max: float, samples: list[float]) -> dict:
+    """A direction's hold-error summary: `n` releases, their sum and max, the newest `samples` sorted."""
+    return {"count": n, "mean_s": err_sum / n if n else None,
+            "p50_s": quantile(samples, 0.5), "p99_s": quantile(samples, 0.99),
+            "max_s": err_max if n else None, "min_s": samples[0] if samples else None,
+            "window": len(samples)}
 
 
 def quantile(sorted_xs: list[float], q: float) -> float | None:
