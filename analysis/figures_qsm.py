@@ -1,0 +1,396 @@
+"""The QSM paper's Figure 9 (multicast rate against the number of nodes), Figures 12-13 (throughput against the
+partition size R), Figure 17-18 (the rate over time and its variability) and Figures 19-20 (recovery and ACK
+latency against the number of nodes, under loss) from runs of topologies/qsm-fig9.yaml (seed 004 §3;
+docs/reproduction-qsm.md).
+
+Per run, from the event logs in plain Python (a Spark pass per run costs minutes on this 2-core machine;
+tests/analysis/test_figures_qsm.py checks the shared definitions against the qsm plug-in's on one log):
+
+- **throughput** (Figure 9, 12, 13): the sender's data messages per second in the *steady window*, the second half
+  of its sending span (the paper: "ignoring warmup and cooldown periods"); also `throughput_all`, the plug-in's
+  `qsm_throughput` ((messages - 1) / (last send - first send)), and `delivered_min` / `delivered_mean`: the new
+  packets per second the receivers logged (`data_received`) in the same window, the slowest and the mean.
+- **delivery**: receipts logged over receipts expected (every member of the message's group but its origin).
+- **rate over time** (Figures 17-18): data messages per whole second of the sending span (as the plug-in's
+  `rate_samples`); `rate_std` their standard deviation in the steady window, `rate_cv` over the mean.
+- **recovery** (Figure 19): `recovered` events: count, latency mean (since the member knew the packet missing),
+  in seconds and in token rounds (÷ the token interval); **recovery rate** = recovered / all receipts.
+- **ACK latency** (Figure 20): Σ latency_sum / Σ acked over the sender's `ack_received` (the plug-in's), in seconds
+  and token rounds.
+- diagnostics: the sender's skipped timer steps (`steps_skipped`: it could not send as fast as its rate), the
+  token rounds, the load average during the run (`--load`, a `unix-time load1 load5 load15` log).
+
+    .venv/bin/python -m analysis.figures_qsm SWEEP_OR_RUN_DIR [...] --out docs/results/qsm-fig9 [--load LOG]
+
+Writes runs.csv (one row per run), summary.csv / summary.json (per point (members, R, loss, token): mean, 95 % CI
+half-width (Student t), n), rate_series.csv, tables.md and fig9_rate_vs_nodes.png, fig12_13_rate_vs_R.png,
+fig17_rate_over_time.png, fig19_recovery.png, fig20_ack_latency.png (those with data).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from analysis.figures_hyparview import load_during, read_events, read_load, sweep_runs
+
+VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
+          "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
+          "ack_latency_s", "ack_latency_rounds", "steps_skipped", "token_rounds", "load_mean")
+# the paper's numbers, read from its text (seed 004 §3.2-3.10); Figure 9's two ends are in the text, the rest of
+# its curve and Figures 12, 13, 19, 20 only as plots (not in the seed's text)
+PAPER = {"fig9": {1: 9850, 71: 6500}, "fig12_r5_over_r25": 1.2, "recovery_rounds": 2.5,
+         "ack_rounds_small": 1.0, "ack_rounds_large": 3.5}
+
+
+def seconds(v: Any) -> float | None:
+    """'1s', '500ms', '100us', 0.5 -> seconds."""
+    if v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    s = str(v).strip()
+    for unit, k in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if s.endswith(unit):
+            return float(s[: -len(unit)]) * k
+    return float(s)
+
+
+def percent(v: Any) -> float:
+    """'1%' -> 0.01; None -> 0."""
+    if v is None:
+        return 0.0
+    s = str(v).strip()
+    return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+
+
+def group_members(params: dict, members: list[str], ids: dict[str, int]) -> dict[str, set[str]]:
+    """group name -> member names (`all`, names or ids), as the plug-in's group_table."""
+    by_id = {i: n for n, i in ids.items()}
+    out = {}
+    for g in params.get("groups") or []:
+        spec = g.get("members", "all")
+        ms = members if spec == "all" else [by_id.get(m) if isinstance(m, int) else m for m in spec]
+        out[g["name"]] = {m for m in ms if m in members}
+    return out
+
+
+def rate_samples(send_ts: list[float]) -> list[tuple[int, int]]:
+    """(second, messages) for every whole second between the first and last (partial) seconds of sending, as the
+    plug-in's rate_samples (seconds without a send count 0); `send_ts` in seconds since t0, as its `t_s`."""
+    if not send_ts:
+        return []
+    a, b = math.floor(min(send_ts)), math.floor(max(send_ts))
+    counts: dict[int, int] = {}
+    for t in send_ts:
+        counts[math.floor(t)] = counts.get(math.floor(t), 0) + 1
+    return [(s, counts.get(s, 0)) for s in range(a + 1, b)] if b - a >= 2 else []
+
+
+def run_metrics(manifest: dict, events: list[dict]) -> dict[str, Any]:
+    """One run's numbers (pure given the manifest and the events)."""
+    spec = manifest.get("spec") or {}
+    t0 = float(manifest.get("t0_unix") or 0.0)
+    params = (spec.get("protocol") or {}).get("qsm") or {}
+    token_s = seconds(params.get("token_interval") or params.get("token_interval_s")) or 1.0
+    ids = {e["node"]: int(e["id"]) for e in events if e.get("event") == "node_started" and "id" in e}
+    members = sorted(ids, key=ids.get)
+    groups = group_members(params, members, ids)
+    sent: dict[str, list[tuple[float, int, str]]] = {}
+    received: dict[str, list[float]] = {m: [] for m in members}
+    got: set[tuple[str, int, int]] = set()
+    recovered, acks, skipped, rounds = [], [], 0, 0
+    for e in events:
+        ev = e.get("event")
+        if ev == "data_sent":
+            sent.setdefault(e["node"], []).append((e["ts"], int(e["seq"]), e.get("group_name")))
+        elif ev == "data_received":
+            received.setdefault(e["node"], []).append(e["ts"])
+            got.add((e["node"], int(e["origin"]), int(e["seq"])))
+        elif ev == "recovered":
+            recovered.append(e)
+        elif ev == "ack_received":
+            acks.append(e)
+        elif ev == "steps_skipped" and e.get("timer") == "workload":
+            skipped += int(e.get("missed") or 0)
+        elif ev == "token_round":
+            rounds += 1
+    out: dict[str, Any] = {"members": len(members), "R": params.get("partition_size", 5),
+                           "loss": percent((spec.get("links") or {}).get("loss")), "token_s": token_s,
+                           "growth": params.get("growth"), "rate_initial": (spec.get("workload") or {}).get(
+                               "rate_per_s"), "senders": sorted(sent), "steps_skipped": skipped,
+                           "token_rounds": rounds}
+    all_ts = sorted(t for s in sent.values() for t, _, _ in s)
+    expected = logged = 0
+    for origin, msgs in sent.items():
+        for _, seq, g in msgs:
+            for m in groups.get(g, set(members)):
+                if m != origin:
+                    expected += 1
+                    logged += (m, ids[origin], seq) in got
+    out["messages"] = len(all_ts)
+    out["delivery"] = logged / expected if expected else None
+    if len(all_ts) >= 2:
+        first, last = all_ts[0], all_ts[-1]
+        mid = (first + last) / 2
+        window = last - mid
+        out["throughput_all"] = (len(all_ts) - 1) / (last - first)
+        out["throughput"] = sum(1 for t in all_ts if t >= mid) / window if window > 0 else None
+        rx = [sum(1 for t in ts if mid <= t <= last) / window for m, ts in received.items() if m not in sent]
+        out["delivered_min"] = min(rx) if rx and window > 0 else None
+        out["delivered_mean"] = statistics.fmean(rx) if rx and window > 0 else None
+        samples = rate_samples([t - t0 for t in all_ts])
+        steady = [c for s, c in samples if s >= mid - t0]
+        out["rate_series"] = [c for _, c in samples]
+        out["rate_std"] = statistics.stdev(steady) if len(steady) >= 2 else None
+        out["rate_cv"] = out["rate_std"] / statistics.fmean(steady) if out["rate_std"] is not None and \
+            statistics.fmean(steady) else None
+    else:
+        out.update(throughput_all=None, throughput=None, delivered_min=None, delivered_mean=None, rate_series=[],
+                   rate_std=None, rate_cv=None)
+    rates = [e for e in events if e.get("event") == "rate_changed" and e["ts"] <= (all_ts[-1] if all_ts else 0)]
+    out["rate_final"] = rates[-1]["rate"] if rates else None
+    receipts = sum(len(v) for v in received.values())
+    lat = [float(e["latency"]) for e in recovered if e.get("latency") is not None]
+    out["recovered"] = len(recovered)
+    out["recovery_rate"] = len(recovered) / receipts if receipts else None
+    out["recovery_latency_s"] = statistics.fmean(lat) if lat else None
+    out["recovery_latency_rounds"] = out["recovery_latency_s"] / token_s if lat else None
+    out["recovered_by"] = {h: sum(1 for e in recovered if e.get("how") == h)
+                           for h in sorted({e.get("how") for e in recovered})}
+    acked = sum(int(e.get("acked") or 0) for e in acks)
+    out["ack_latency_s"] = sum(float(e.get("latency_sum") or 0) for e in acks) / acked if acked else None
+    out["ack_latency_rounds"] = out["ack_latency_s"] / token_s if acked else None
+    return out
+
+
+def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) -> dict[str, Any]:
+    manifest, events = read_events(run_dir)
+    r = run_metrics(manifest, events)
+    t0 = manifest.get("t0_unix") or manifest.get("started_at") or 0.0
+    lmean, lmax = load_during(load or [], manifest.get("started_at") or t0, manifest.get("ended_at") or t0 + 60)
+    return {"run_dir": str(run_dir), "status": manifest.get("status"), "seed": manifest.get("seed"),
+            "shaper": manifest.get("shaper"), "load_mean": lmean, "load_max": lmax, **r}
+
+
+# --- aggregation (pure) -------------------------------------------------------------------------------------------
+
+POINT = ("members", "R", "loss", "token_s", "shaper")
+
+
+def aggregate(runs: list[dict]) -> list[dict]:
+    """Per point (members, R, loss, token, shaper): n runs; per value its mean, 95 % CI half-width, n."""
+    from analysis.sweep import mean_ci
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(tuple(r.get(k) for k in POINT), []).append(r)
+    out = []
+    for key, rs in sorted(groups.items(), key=lambda kv: tuple(str(x) if x is None else x for x in kv[0])):
+        row: dict[str, Any] = dict(zip(POINT, key))
+        row["runs"] = len(rs)
+        row["load_max"] = max((x["load_max"] for x in rs if x.get("load_max") is not None), default=None)
+        for k in VALUES:
+            vals = [x.get(k) for x in rs if x.get(k) is not None]
+            m, ci = mean_ci(vals)
+            row[k], row[f"{k}_ci95"], row[f"{k}_n"] = m, ci, len(vals)
+        out.append(row)
+    return out
+
+
+# --- figures ------------------------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _line(ax, rows, x, key, label, marker="o", color=None):
+    rows = sorted((r for r in rows if r.get(key) is not None), key=lambda r: r[x])
+    if rows:
+        ax.errorbar([r[x] for r in rows], [r[key] for r in rows], yerr=[r.get(f"{key}_ci95") or 0 for r in rows],
+                    marker=marker, capsize=3, label=label, color=color)
+
+
+def fig9(agg: list[dict], path: Path) -> None:
+    rows = [r for r in agg if r["loss"] == 0 and r["R"] == 5 and r["shaper"] == "delayline"]
+    if not rows:
+        return
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    _line(a1, rows, "members", "throughput", "sent (steady half)")
+    _line(a1, rows, "members", "delivered_min", "received, slowest member", marker="s")
+    a1.set_xlabel("members (one group, one region)")
+    a1.set_ylabel("packets/s")
+    a1.set_title("Figure 9 here: multicast rate vs group size", fontsize=10)
+    a1.grid(alpha=0.3)
+    a1.legend(fontsize=8)
+    base = min(rows, key=lambda r: r["members"])
+    ours = sorted((r for r in rows if r.get("throughput")), key=lambda r: r["members"])
+    if base.get("throughput"):
+        a2.plot([r["members"] for r in ours], [r["throughput"] / base["throughput"] for r in ours], "o-",
+                label=f"here, / rate at {base['members']} members")
+        a2.plot([r["members"] for r in ours], [base["members"] / r["members"] for r in ours], ":", color="grey",
+                label="1/members (fixed CPU shared by all members)")
+    p = PAPER["fig9"]
+    a2.plot(list(p), [v / p[1] for v in p.values()], "s--", color="C3", label="paper (text): 9850 -> 6500 /s")
+    a2.set_xlabel("members")
+    a2.set_ylabel("rate relative to the smallest group")
+    a2.set_ylim(0, 1.15)
+    a2.grid(alpha=0.3)
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fig12_13(agg: list[dict], path: Path) -> None:
+    rows = [r for r in agg if r["loss"] == 0 and r["shaper"] == "delayline"]
+    sizes = sorted({r["members"] for r in rows if sum(1 for x in rows if x["members"] == r["members"]) >= 3})
+    if not sizes:
+        return
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, n in enumerate(sizes):
+        _line(ax, [r for r in rows if r["members"] == n], "R", "throughput", f"{n} members", color=f"C{i}")
+    ax.set_xlabel("partition size R (caching replicas)")
+    ax.set_ylabel("packets/s (steady half)")
+    ax.set_title("Figures 12-13 here: throughput vs partition size", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fig_latency(agg: list[dict], keys: tuple[str, str], ylabel: str, title: str, path: Path,
+                paper: list[tuple[str, float]] = ()) -> None:
+    rows = [r for r in agg if r["loss"] > 0 and r["shaper"] == "delayline"]
+    if not rows:
+        return
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for i, loss in enumerate(sorted({r["loss"] for r in rows})):
+        sub = [r for r in rows if r["loss"] == loss and r["R"] == 5]
+        _line(axes[0], sub, "members", keys[0], f"loss {loss:.1%} per link", color=f"C{i}")
+        _line(axes[1], sub, "members", keys[1], f"loss {loss:.1%} per link", color=f"C{i}")
+    for label, v in paper:
+        axes[0].axhline(v, ls="--", color="grey", lw=1)
+        axes[0].text(axes[0].get_xlim()[0], v, " " + label, fontsize=7, va="bottom", color="grey")
+    axes[0].set_ylabel(ylabel)
+    axes[1].set_ylabel(keys[1].replace("_", " "))
+    for ax in axes:
+        ax.set_xlabel("members")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fig17(runs: list[dict], path: Path) -> None:
+    rows = [r for r in runs if r["loss"] == 0 and r["R"] == 5 and r.get("rate_series")]
+    if not rows:
+        return
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, n in enumerate(sorted({r["members"] for r in rows})):
+        r = min((x for x in rows if x["members"] == n), key=lambda x: x.get("seed") or 0)
+        ax.plot(range(1, len(r["rate_series"]) + 1), r["rate_series"], label=f"{n} members (seed {r['seed']})",
+                color=f"C{i}", lw=1)
+    ax.set_xlabel("second of sending")
+    ax.set_ylabel("packets sent in the second")
+    ax.set_title("Figure 17 here: sending rate over time (1 s samples, unsmoothed)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- CLI ----------------------------------------------------------------------------------------------------------
+
+def _f(v: Any, nd: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def markdown_tables(agg: list[dict]) -> str:
+    cols = [("throughput", "sent/s"), ("delivered_min", "slowest recv/s"), ("delivery", "delivery"),
+            ("rate_cv", "rate cv"), ("recovery_rate", "recovery rate"), ("recovery_latency_s", "recovery s"),
+            ("recovery_latency_rounds", "recovery rounds"), ("ack_latency_s", "ACK s"),
+            ("ack_latency_rounds", "ACK rounds"), ("load_mean", "load")]
+    out = ["| members | R | loss | token s | shaper | runs | " + " | ".join(c for _, c in cols) + " |",
+           "|---|---|---|---|---|---|" + "---|" * len(cols)]
+    for r in agg:
+        cells = [f"{_f(r[k])} ± {_f(r[k + '_ci95'], 2)}" if r.get(k + "_ci95") else _f(r[k]) for k, _ in cols]
+        out.append(f"| {r['members']} | {r['R']} | {r['loss']:.1%} | {_f(r['token_s'])} | {r['shaper']} | "
+                   f"{r['runs']} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="sweep directories (points/) or run directories")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
+    a = ap.parse_args(argv)
+    load = read_load(a.load)
+    dirs: list[Path] = []
+    for s in a.dirs:
+        dirs += sweep_runs(s) if (s / "points").is_dir() else [s]
+    runs = []
+    for d in dirs:
+        r = analyse_run(d, load)
+        if r["status"] != "completed":
+            print(f"{d}: status {r['status']}, left out", file=sys.stderr)
+            continue
+        runs.append(r)
+    a.out.mkdir(parents=True, exist_ok=True)
+    agg = aggregate(runs)
+    _write_csv(a.out / "runs.csv", [{k: (Path(v).name if k == "run_dir" else v) for k, v in r.items()
+                                     if k != "rate_series"} for r in runs])
+    _write_csv(a.out / "rate_series.csv", [{"run": Path(r["run_dir"]).name, "members": r["members"], "R": r["R"],
+                                            "loss": r["loss"], "seed": r["seed"], "series": r["rate_series"]}
+                                           for r in runs])
+    _write_csv(a.out / "summary.csv", agg)
+    (a.out / "summary.json").write_text(json.dumps({"runs": len(runs), "paper": PAPER, "points": agg}, indent=1,
+                                                   default=str))
+    (a.out / "tables.md").write_text(markdown_tables(agg))
+    fig9(agg, a.out / "fig9_rate_vs_nodes.png")
+    fig12_13(agg, a.out / "fig12_13_rate_vs_R.png")
+    fig17(runs, a.out / "fig17_rate_over_time.png")
+    fig_latency(agg, ("recovery_latency_rounds", "recovery_rate"), "recovery latency (token rounds)",
+                "Figure 19 here: recovery latency and recovery rate vs members", a.out / "fig19_recovery.png",
+                [("paper: 2.5 rounds", PAPER["recovery_rounds"])])
+    fig_latency(agg, ("ack_latency_rounds", "ack_latency_s"), "ACK latency (token rounds)",
+                "Figure 20 here: ACK latency vs members", a.out / "fig20_ack_latency.png",
+                [("paper: ~1 round (small)", 1.0), ("paper: 3.5 rounds (large)", 3.5)])
+    print(markdown_tables(agg))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""analysis/figures_qsm.py on hand-made event logs (every expected number worked out in the comments), and one check
+that its numbers equal the qsm Spark plug-in's (analysis/protocols/qsm.py) on the same log."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis import figures_qsm as fq
+
+T0 = 1000.0
+
+
+def e(node: str, event: str, ts: float, **fields) -> dict:
+    return {"ts": T0 + ts, "node": node, "event": event, **fields}
+
+
+def manifest(loss=None, R=2, token="500ms") -> dict:
+    return {"t0_unix": T0, "status": "completed", "seed": 1, "shaper": "delayline",
+            "spec": {"links": {"loss": loss}, "workload": {"rate_per_s": 3000},
+                     "protocol": {"qsm": {"groups": [{"name": "a", "members": "all"}], "partition_size": R,
+                                          "token_interval": token, "growth": 0.2}}}}
+
+
+def log() -> list[dict]:
+    """h0 sends seq 1..9 into group a (h0, h1, h2) at t = 0.5, 1.1, 1.6, 2.2, 2.4, 3.2, 3.5, 3.7, 4.9 s: span 0.5 ->
+    4.9, the steady half from 2.7 s: 4 sends (3.2, 3.5, 3.7, 4.9) in 2.2 s. h1 and h2 receive each 50 ms after
+    its send, h2 all but seq 9."""
+    out = [e("h0", "node_started", 0.0, id=0), e("h1", "node_started", 0.0, id=1), e("h2", "node_started", 0.0, id=2)]
+    times = (0.5, 1.1, 1.6, 2.2, 2.4, 3.2, 3.5, 3.7, 4.9)
+    for seq, t in enumerate(times, 1):
+        out.append(e("h0", "data_sent", t, seq=seq, group_name="a"))
+        out.append(e("h1", "data_received", t + 0.05, origin=0, seq=seq))
+        if seq != 9:
+            out.append(e("h2", "data_received", t + 0.05, origin=0, seq=seq))
+    out += [
+        # h2 recovered seq 8 by pull after 0.4 s, h1 seq 7 by push after 0.2 s
+        e("h2", "recovered", 3.9, origin=0, seq=8, how="pull", latency=0.4),
+        e("h1", "recovered", 3.9, origin=0, seq=7, how="push", latency=0.2),
+        # ACKs: 3 packets with latencies summing 1.5 s, then 5 summing 2.5 s -> 4.0 / 8 = 0.5 s = 1 round of 0.5 s
+        e("h0", "ack_received", 2.0, region="r-a", acked=3, latency_sum=1.5, latency_max=0.6),
+        e("h0", "ack_received", 4.0, region="r-a", acked=5, latency_sum=2.5, latency_max=0.7),
+        e("h0", "ack_received", 4.5, region="r-a", acked=0, latency_sum=0.0, latency_max=None),
+        e("h0", "rate_changed", 1.0, rate=500.0), e("h0", "rate_changed", 3.0, rate=420.0),
+        e("h0", "rate_changed", 6.0, rate=10.0),                     # after the last send: not the final rate
+        e("h0", "steps_skipped", 2.0, timer="workload", missed=3),
+        e("h0", "token_round", 1.0, region="r-a", duration=0.1), e("h0", "token_round", 1.5, region="r-a",
+                                                                   duration=0.1),
+    ]
+    return out
+
+
+def test_run_metrics_by_hand():
+    r = fq.run_metrics(manifest(loss="1%"), log())
+    assert (r["members"], r["R"], r["loss"], r["token_s"]) == (3, 2, pytest.approx(0.01), 0.5)
+    assert r["messages"] == 9
+    assert r["throughput_all"] == pytest.approx(8 / 4.4)            # the plug-in's (n - 1) / span
+    assert r["throughput"] == pytest.approx(4 / 2.2)                # steady half: 2.7 .. 4.9
+    # receivers in [2.7, 4.9]: h1 3.25, 3.55, 3.75 (4.95 is after the last send) -> 3; h2 the same 3
+    assert r["delivered_min"] == pytest.approx(3 / 2.2) and r["delivered_mean"] == pytest.approx(3 / 2.2)
+    assert r["delivery"] == pytest.approx(17 / 18)                  # 2 receivers x 9, h2 misses one
+    # whole seconds since t0 between 0 and 4: 1 -> 2 sends, 2 -> 2, 3 -> 3; steady (>= 2.7): second 3 only
+    assert r["rate_series"] == [2, 2, 3] and r["rate_std"] is None
+    assert r["rate_final"] == 420.0 and r["steps_skipped"] == 3 and r["token_rounds"] == 2
+    assert r["recovered"] == 2 and r["recovery_rate"] == pytest.approx(2 / 17)
+    assert r["recovery_latency_s"] == pytest.approx(0.3) and r["recovery_latency_rounds"] == pytest.approx(0.6)
+    assert r["recovered_by"] == {"pull": 1, "push": 1}
+    assert r["ack_latency_s"] == pytest.approx(0.5) and r["ack_latency_rounds"] == pytest.approx(1.0)
+
+
+def test_units_and_no_loss():
+    assert fq.seconds("500ms") == 0.5 and fq.seconds("100us") == pytest.approx(1e-4) and fq.seconds(2) == 2.0
+    assert fq.percent(None) == 0.0 and fq.percent("0.1%") == pytest.approx(0.001)
+    r = fq.run_metrics(manifest(token="1s"), log())
+    assert r["loss"] == 0.0 and r["ack_latency_rounds"] == pytest.approx(0.5)
+
+
+def test_aggregate_mean_and_student_t_interval():
+    # three runs of one point: throughput 100, 110, 120 -> mean 110, sd 10, half-width t(0.975, 2) 4.303 x 10/sqrt 3
+    runs = [{"members": 8, "R": 5, "loss": 0.0, "token_s": 1.0, "shaper": "delayline", "throughput": v,
+             "load_max": 3.0} for v in (100.0, 110.0, 120.0)]
+    runs.append({"members": 16, "R": 5, "loss": 0.0, "token_s": 1.0, "shaper": "delayline", "throughput": 50.0})
+    agg = fq.aggregate(runs)
+    assert [(a["members"], a["runs"]) for a in agg] == [(8, 3), (16, 1)]
+    assert agg[0]["throughput"] == pytest.approx(110.0)
+    assert agg[0]["throughput_ci95"] == pytest.approx(4.303 * 10 / 3 ** 0.5, rel=1e-3)
+    assert agg[0]["throughput_n"] == 3 and agg[0]["recovery_rate_n"] == 0
+    assert "| 8 | 5 | 0.0% |" in fq.markdown_tables(agg)
+
+
+def test_analyse_run_reads_a_run_directory(tmp_path):
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps(manifest()))
+    by_node: dict[str, list[str]] = {}
+    for x in log():
+        by_node.setdefault(x["node"], []).append(json.dumps(x))
+    for node, lines in by_node.items():
+        (run / "events" / f"{node}.jsonl").write_text("\n".join(lines) + "\n")
+    r = fq.analyse_run(run, [(T0 + 1, 2.0), (T0 + 3, 4.0)])
+    assert r["status"] == "completed" and r["messages"] == 9 and r["shaper"] == "delayline"
+    out = tmp_path / "out"
+    assert fq.main([str(run), "--out", str(out)]) == 0
+    assert (out / "runs.csv").exists() and (out / "summary.json").exists() and (out / "tables.md").exists()
+
+
+@pytest.mark.spark
+def test_the_same_numbers_as_the_spark_plugin(spark):
+    from analysis.protocols import qsm
+
+    events = log()
+    rows = []
+    for x in events:
+        raw = json.dumps(x)
+        rows.append((x["node"], x["event"], x["ts"], x["ts"] - T0, x.get("seq"), x.get("origin"), raw))
+    df = spark.createDataFrame(rows, "node string, event string, ts double, t_s double, seq long, origin long, "
+                                     "raw string")
+    members = spark.createDataFrame([(i, f"h{i}", None, None) for i in range(3)],
+                                    "member_id int, member string, sender_index int, local_group int")
+    params = manifest()["spec"]["protocol"]["qsm"]
+    groups = qsm.group_table(spark, params, [(i, f"h{i}") for i in range(3)])
+    ours = fq.run_metrics(manifest(), events)
+    (tp,) = qsm.throughput(df).collect()
+    assert ours["throughput_all"] == pytest.approx(tp["rate_per_s"])
+    assert ours["rate_series"] == [r["messages"] for r in qsm.rate_samples(df).collect()]
+    (dl,) = qsm.delivery_per_group(df, groups, members).collect()
+    assert ours["delivery"] == pytest.approx(dl["delivery_ratio"])
+    rec = [r.asDict() for r in qsm.recovery(df).collect()]
+    assert ours["recovered"] == sum(r["recovered"] for r in rec)
+    assert ours["recovery_latency_s"] == pytest.approx(
+        sum(r["latency_mean_s"] * r["recovered"] for r in rec) / sum(r["recovered"] for r in rec))
+    (ack,) = qsm.ack_latency(df).collect()
+    assert ours["ack_latency_s"] == pytest.approx(ack["latency_mean_s"])
