@@ -107,6 +107,24 @@ def run_reliability(events: list[dict], t0: float) -> tuple[list[dict], float | 
     return rows, crash_ts, crash_cyc, len(members)
 
 
+def max_hops(events: list[dict], before_ts: float | None) -> float | None:
+    """Table 1's maximum hops to delivery, as overlay.hops_to_delivery: per broadcast sent before `before_ts`
+    (every one when None), the largest `hops` of its `data_received` events; their mean."""
+    ids = {e["node"]: int(e["id"]) for e in events if e.get("event") == "node_started" and "id" in e}
+    sent: dict[tuple[int, int], float] = {}
+    most: dict[tuple[int, int], int] = {}
+    for e in events:
+        ev = e.get("event")
+        if ev == "data_sent" and e.get("node") in ids:
+            k = (ids[e["node"]], int(e["seq"]))
+            sent[k] = min(sent.get(k, float("inf")), e["ts"])
+        elif ev == "data_received" and e.get("hops") is not None:
+            k = (int(e["origin"]), int(e["seq"]))
+            most[k] = max(most.get(k, 0), int(e["hops"]))
+    vals = [h for k, h in most.items() if k in sent and (before_ts is None or sent[k] < before_ts)]
+    return statistics.fmean(vals) if vals else None
+
+
 def suspicions(events: list[dict], crash_ts: float | None) -> dict[str, int]:
     """Failure-detector removals from the dissemination view (`view_changed` op remove, reason `no_ack` for
     CyclonAcked, `failed` from HyParView's active view): before the first crash every one is a false suspicion
@@ -165,6 +183,7 @@ def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) ->
             "members": n, "crashed": len(crashed), "survivors": n - len(crashed), "status": manifest.get("status"),
             "load_mean": lmean, "load_max": lmax, "crash_cycle": crash_cyc, **suspicions(events, crash_ts),
             "crash_spread_s": spread, "valid": spread is None or spread <= MAX_CRASH_SPREAD_S,
+            "max_hops_before": max_hops(events, crash_ts),
             **{k: h.get(k) for k in VALUES if k in h},
             "after_failure": [r["reliability"] for r in h["after_failure"]], "by_cycle": h["by_cycle"]}
 

@@ -18,7 +18,7 @@ class OverlayAnalysis(ProtocolAnalysis):
     view = "active"
     timeline_events = ("data_received", "view_changed", "connection_failed")
     compare_columns = ("reliability_before", "reliability_after", "reliability_after_first", "cycles_to_heal",
-                       "cycles_to_heal_mean", "clustering_before", "shortest_path_before")
+                       "cycles_to_heal_mean", "clustering_before", "shortest_path_before", "max_hops_before")
     # Figure 2 (reliability after the crash) and Figure 4 (cycles to heal) as sweep values, beside the generic ones
     sweep_columns = (("reliability_before", "reliability before the crash"),
                      ("reliability_after", "reliability after the crash"),
@@ -31,7 +31,8 @@ class OverlayAnalysis(ProtocolAnalysis):
 
         events, members, crash, life, table = ctx.events, ctx.members, ctx.crash, ctx.life, ctx.table
         d: dict[str, Any] = {}
-        d["reliability"] = table("reliability", overlay.reliability(events, members, life))
+        rel_df = overlay.reliability(events, members, life)
+        d["reliability"] = table("reliability", rel_df)
         first = crash.agg(F.min("crash_ts")).first()[0]
         end = events.agg(F.max("ts")).first()[0]
         d["crash_ts"] = first
@@ -42,6 +43,7 @@ class OverlayAnalysis(ProtocolAnalysis):
                      .agg(F.max("ts")).first()[0])
         d["healing"] = overlay.healing(rel, first, overlay.crash_cycle(events, first) if first is not None else None,
                                        first_s=2 * float(cycle_s), first_from=crash_end)
+        d["hops"] = overlay.hops_to_delivery(events, rel_df, first)
         d["graph"] = {}
         for label, t in (("before", first - 1e-3 if first is not None else end), ("end", end)):
             if t is None:
@@ -65,6 +67,10 @@ class OverlayAnalysis(ProtocolAnalysis):
             "clustering_end": g.get("end", {}).get("clustering"),
             "shortest_path_end": g.get("end", {}).get("shortest_path_mean"),
             "indegree_before": g.get("before", {}).get("indegree"),
+            "max_hops_before": (d.get("hops") or {}).get("max_hops_mean"),
+            "degree_before": g.get("before", {}).get("undirected_degree_mean"),
+            "members_before": g.get("before", {}).get("members"),
+            "edges_before": g.get("before", {}).get("edges"),
             "reliability_after_failure": [r["reliability"] for r in h["after_failure"]],
         }
 
@@ -78,7 +84,8 @@ class OverlayAnalysis(ProtocolAnalysis):
                 ["cycles to heal", fmt(s.get("cycles_to_heal"))],
                 ["cycles to heal (mean over 4 cycles)", fmt(s.get("cycles_to_heal_mean"))],
                 ["clustering coefficient (before)", fmt(s.get("clustering_before"))],
-                ["average shortest path (before)", fmt(s.get("shortest_path_before"))]]
+                ["average shortest path (before)", fmt(s.get("shortest_path_before"))],
+                ["maximum hops to delivery (mean over broadcasts before the crash)", fmt(s.get("max_hops_before"))]]
 
     def report(self, doc: Doc, ctx: ReportContext) -> None:
         d = ctx.data

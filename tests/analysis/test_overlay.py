@@ -61,7 +61,9 @@ def nx_metrics(views: dict[int, set[int]]) -> dict:
     indeg: dict[int, int] = {}
     for _, k in g.in_degree():
         indeg[k] = indeg.get(k, 0) + 1
-    return {"clustering": nx.average_clustering(g.to_undirected()),
+    und = g.to_undirected()
+    return {"clustering": nx.average_clustering(und),
+            "undirected_degree_mean": 2 * und.number_of_edges() / und.number_of_nodes(),
             "shortest_path_mean": statistics.fmean(lengths) if lengths else None,
             "reachable_pairs": len(lengths), "edges": g.number_of_edges(),
             "indegree": [{"indegree": k, "members": v} for k, v in sorted(indeg.items())]}
@@ -82,6 +84,7 @@ def test_graph_metrics_from_spark_equal_networkx_on_the_same_event_log(spark, pr
         assert m["clustering"] == pytest.approx(want["clustering"], abs=1e-9)
         assert m["shortest_path_mean"] == pytest.approx(want["shortest_path_mean"], abs=1e-9)
         assert m["reachable_pairs"] == want["reachable_pairs"]
+        assert m["undirected_degree_mean"] == pytest.approx(want["undirected_degree_mean"])
         assert m["indegree"] == want["indegree"]
     assert len(snaps) == 2
 
@@ -117,6 +120,16 @@ def test_reliability_per_broadcast_and_healing_match_the_log(spark):
         s = spark_rows[(r["origin_id"], r["seq"])]
         assert (r["reliability"], r["cycle"], r["sent_ts"], r["since_crash"]) == (
             pytest.approx(s["reliability"]), s["cycle"], pytest.approx(s["sent_ts"]), s["since_crash"])
+    # Table 1's maximum hops to delivery: the largest `hops` per broadcast sent before the crash, averaged
+    hops: dict[tuple[int, int], int] = {}
+    for i, e in sim.of("data_received"):
+        k = (e.fields["origin"], e.fields["seq"])
+        hops[k] = max(hops.get(k, 0), e.fields["hops"])
+    before = [hops[k] for k, e in sent.items() if e.ts < CRASH_AT and k in hops]
+    hd = overlay.hops_to_delivery(events, overlay.reliability(events, members, life), CRASH_AT)
+    assert hd["broadcasts"] == len(before) > 10 and max(before) >= 2
+    assert (hd["max_hops_mean"], hd["max_hops_max"]) == (pytest.approx(statistics.fmean(before)), max(before))
+    assert figures_hyparview.max_hops(log, CRASH_AT) == pytest.approx(statistics.fmean(before))
     assert h["crash_cycle"] in range(18, 23) and h["cycles_to_heal"] is not None and h["cycles_to_heal"] <= 2
     # a hand-made series: healed from the third broadcast after the crash, at cycle 12 (crash at cycle 10)
     series = [{"sent_ts": 1.0, "reliability": 1.0, "cycle": 9}, {"sent_ts": 5.0, "reliability": 0.5, "cycle": 10},
