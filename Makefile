@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview
 setup: system venv docker-engine
 
 system:
@@ -74,6 +74,20 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/bench_up.py
+
+# The HyParView paper's Figures 2-4 and Table 1 / Figure 5 (docs/reproduction-hyparview.md): hours on 2 cores;
+# resumable (rerun to continue the sweep; analysed Table 1 runs are not analysed again).
+REPRO_OUT ?= runs/repro
+repro-hyparview: setup
+	$(ORCH) sweep topologies/hyparview-fig2-sweep.yaml --out $(REPRO_OUT)/hyparview-fig2 --no-analyze
+	$(PY) -m analysis.figures_hyparview $(REPRO_OUT)/hyparview-fig2 --out $(REPRO_OUT)/results/hyparview-fig2
+	@set -e; for seed in 1 2; do for ps in hyparview:hpv cyclon:cyc scamp:scp cyclonacked:cya; do \
+	  ls -d $(REPRO_OUT)/hyparview-table1/t1-$${ps#*:}-500-s$$seed-* >/dev/null 2>&1 || \
+	  $(ORCH) run topologies/hyparview-table1.yaml --set protocol=$${ps%:*} --set seed=$$seed \
+	    --out $(REPRO_OUT)/hyparview-table1; done; done
+	@set -e; for r in $(REPRO_OUT)/hyparview-table1/t1-*; do test -e $$r/analysis/metrics/summary.json || \
+	  $(ORCH) analyze -q $$r --master 'local[2]'; done
+	$(PY) -m analysis.table1_hyparview $(REPRO_OUT)/hyparview-table1/t1-* --out $(REPRO_OUT)/results/hyparview-table1
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all

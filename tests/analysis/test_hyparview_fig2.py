@@ -136,3 +136,13 @@ def test_gossip_model_bounds_and_seeding():
     # seeded, and fewer live targets reach fewer members
     assert fh.gossip_model(50, 0.4, trials=50, seed=3) == fh.gossip_model(50, 0.4, trials=50, seed=3)
     assert fh.gossip_model(50, 0.2, trials=100) > fh.gossip_model(50, 0.6, trials=100)
+
+
+def test_a_run_whose_failure_detector_fired_on_load_is_left_out(tmp_path, monkeypatch):
+    t0 = _log(tmp_path)
+    r = fh.analyse_run(tmp_path)
+    assert r["valid"] and r["invalid_because"] == "" and r["max_hops_before"] is None   # no hops logged
+    monkeypatch.setattr(fh, "MAX_FALSE_SUSPICIONS", 0)      # the log's one no_ack removal before the crash
+    r = fh.analyse_run(tmp_path)
+    assert not r["valid"] and r["invalid_because"] == "1 false suspicions before the crash"
+    assert t0 > 0
