@@ -142,7 +142,7 @@ def fig_indegree(rows: list[dict], path: Path) -> None:
                 ax.plot(*zip(*pts), marker=MARKERS[p], ms=3, label=TITLES[p])
         ax.set_xlabel("in-degree")
         ax.set_ylabel("fraction of members")
-        ax.set_title(f"Figure 5: in-degree after ~56 cycles, {n} members", fontsize=9)
+        ax.set_title(f"Figure 5: in-degree after ~80 cycles, {n} members", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
