@@ -119,7 +119,8 @@ def test_analyse_runs_aggregate_and_draw(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "out"
     assert fp.main([str(tmp_path / f"r{i}") for i in range(5)] + ["--out", str(out)]) == 0
-    for f in ("runs.csv", "summary.csv", "summary.json", "tables.md", "fig1_fig12.png", "fig12_perturbed.png"):
+    for f in ("runs.csv", "summary.csv", "summary.json", "tables.md", "fig1_fig12.png", "fig12_perturbed.png",
+              "summary_faithful.csv", "tables_faithful.md"):
         assert (out / f).stat().st_size > 0, f
 
 
@@ -168,3 +169,12 @@ def test_plain_python_equals_the_spark_plugin(spark):
     assert t["per_s"] == pytest.approx(s["throughput_unperturbed_1s_per_s"], rel=1e-12)
     for r in fig1:
         assert t["per_member"][r["node"]] == pytest.approx(r["mean_per_s"], rel=1e-12), r["node"]
+
+
+def test_buffer_model():
+    assert fp.buffer_model(0.0) == 1.0
+    for p in (0.1, 0.3, 0.5):
+        assert fp.buffer_model(p) == pytest.approx(1 - p * p, abs=1e-9)
+    # a buffer of 0 loses exactly the sleeping time (fraction p); a longer buffer or a slower ack move it
+    assert fp.buffer_model(0.3, buffer_s=0.0) == pytest.approx(0.7, abs=1e-9)
+    assert fp.buffer_model(0.3, buffer_s=0.2) > fp.buffer_model(0.3) > fp.buffer_model(0.3, ack_s=0.02)
