@@ -17,10 +17,15 @@ tests/analysis/test_figures_qsm.py checks the shared definitions against the qsm
   in seconds and in token rounds (÷ the token interval); **recovery rate** = recovered / all receipts.
 - **ACK latency** (Figure 20): Σ latency_sum / Σ acked over the sender's `ack_received` (the plug-in's), in seconds
   and token rounds.
+- **CPU** (`--cpu`, the log of `benchmarks/bench_qsm.py --watch`): `node_cpu_s`, the CPU seconds all the run's
+  node processes used; `cpu_us_per_packet` that over the data packets sent (all members' work per multicast
+  packet) and `cpu_us_per_receipt` over the receipts logged; `delayline_cpu_s` from tc/delayline.json; and
+  `ceiling_2cores`, the packets/s two idle cores would carry at that cost (2 / (node + delay line CPU seconds per
+  packet)) — a derived number, the load-independent form of the rate.
 - diagnostics: the sender's skipped timer steps (`steps_skipped`: it could not send as fast as its rate), the
   token rounds, the load average during the run (`--load`, a `unix-time load1 load5 load15` log).
 
-    .venv/bin/python -m analysis.figures_qsm SWEEP_OR_RUN_DIR [...] --out docs/results/qsm-fig9 [--load LOG]
+    .venv/bin/python -m analysis.figures_qsm SWEEP_OR_RUN_DIR [...] --out docs/results/qsm-fig9 [--load LOG] [--cpu LOG]
 
 Writes runs.csv (one row per run), summary.csv / summary.json (per point (members, R, loss, token): mean, 95 % CI
 half-width (Student t), n), rate_series.csv, tables.md and fig9_rate_vs_nodes.png, fig12_13_rate_vs_R.png,
@@ -41,7 +46,8 @@ from analysis.figures_hyparview import load_during, read_events, read_load, swee
 
 VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
           "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
-          "ack_latency_s", "ack_latency_rounds", "steps_skipped", "token_rounds", "load_mean")
+          "ack_latency_s", "ack_latency_rounds", "steps_skipped", "token_rounds", "load_mean", "node_cpu_s",
+          "cpu_us_per_packet", "cpu_us_per_receipt", "delayline_cpu_s", "ceiling_2cores")
 # the paper's numbers, read from its text (seed 004 §3.2-3.10); Figure 9's two ends are in the text, the rest of
 # its curve and Figures 12, 13, 19, 20 only as plots (not in the seed's text)
 PAPER = {"fig9": {1: 9850, 71: 6500}, "fig12_r5_over_r25": 1.2, "recovery_rounds": 2.5,
@@ -166,16 +172,75 @@ def run_metrics(manifest: dict, events: list[dict]) -> dict[str, Any]:
     acked = sum(int(e.get("acked") or 0) for e in acks)
     out["ack_latency_s"] = sum(float(e.get("latency_sum") or 0) for e in acks) / acked if acked else None
     out["ack_latency_rounds"] = out["ack_latency_s"] / token_s if acked else None
+    out["receipts"] = receipts
     return out
 
 
-def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) -> dict[str, Any]:
+def read_cpu(path: Path | None) -> dict[str, float]:
+    """run dir -> CPU seconds of its node processes, from `bench_qsm.py --watch`'s `ts pid cpu run` lines (per
+    process its largest reading)."""
+    per: dict[tuple[str, int], float] = {}
+    if path and path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split(maxsplit=3)
+            if len(parts) == 4:
+                try:
+                    k = (str(Path(parts[3]).resolve()), int(parts[1]))
+                    per[k] = max(per.get(k, 0.0), float(parts[2]))
+                except ValueError:
+                    continue
+    out: dict[str, float] = {}
+    for (run, _), cpu in per.items():
+        out[run] = out.get(run, 0.0) + cpu
+    return out
+
+
+def cpu_metrics(r: dict, node_cpu_s: float | None, delayline_cpu_s: float | None) -> dict[str, Any]:
+    """Per-packet CPU costs of a run (pure): see the module docstring."""
+    msgs, receipts = r.get("messages") or 0, r.get("receipts") or 0
+    out: dict[str, Any] = {"node_cpu_s": node_cpu_s, "delayline_cpu_s": delayline_cpu_s, "cpu_us_per_packet": None,
+                           "cpu_us_per_receipt": None, "ceiling_2cores": None}
+    if node_cpu_s and msgs:
+        out["cpu_us_per_packet"] = 1e6 * node_cpu_s / msgs
+        out["cpu_us_per_receipt"] = 1e6 * node_cpu_s / receipts if receipts else None
+        out["ceiling_2cores"] = 2.0 * msgs / (node_cpu_s + (delayline_cpu_s or 0.0))
+    return out
+
+
+def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None,
+                cpu: dict[str, float] | None = None) -> dict[str, Any]:
     manifest, events = read_events(run_dir)
     r = run_metrics(manifest, events)
+    dl = run_dir / "tc" / "delayline.json"
+    dl_cpu = json.loads(dl.read_text()).get("cpu_s") if dl.exists() else None
+    r.update(cpu_metrics(r, (cpu or {}).get(str(run_dir.resolve())), dl_cpu))
     t0 = manifest.get("t0_unix") or manifest.get("started_at") or 0.0
     lmean, lmax = load_during(load or [], manifest.get("started_at") or t0, manifest.get("ended_at") or t0 + 60)
+    r["duration_s"] = seconds((manifest.get("spec") or {}).get("duration"))
     return {"run_dir": str(run_dir), "status": manifest.get("status"), "seed": manifest.get("seed"),
             "shaper": manifest.get("shaper"), "load_mean": lmean, "load_max": lmax, **r}
+
+
+def cost_model(runs: list[dict]) -> dict[str, Any] | None:
+    """Least squares over the runs with a CPU reading: node_cpu_s = a x members x run seconds + b x receipts —
+    `a` the fixed cost of a member per second (its start, timers, token; cores), `b` the CPU per packet receipt
+    (s). Then the marginal ceiling of `cores` idle cores for n members: (cores - a n) / (b n) packets/s."""
+    import numpy as np
+
+    rs = [r for r in runs if r.get("node_cpu_s") and r.get("receipts") and r.get("duration_s")]
+    if len(rs) < 3:
+        return None
+    x = np.array([[r["members"] * r["duration_s"], r["receipts"]] for r in rs], dtype=float)
+    y = np.array([r["node_cpu_s"] for r in rs], dtype=float)
+    (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ np.array([a, b])
+    return {"runs": len(rs), "fixed_core_per_member": float(a), "cpu_s_per_receipt": float(b),
+            "rms_residual_s": float(np.sqrt(np.mean(resid ** 2))), "mean_cpu_s": float(np.mean(y))}
+
+
+def marginal_ceiling(model: dict, members: int, cores: float = 2.0) -> float | None:
+    left = cores - model["fixed_core_per_member"] * members
+    return left / (model["cpu_s_per_receipt"] * (members - 1)) if left > 0 and members > 1 else None
 
 
 # --- aggregation (pure) -------------------------------------------------------------------------------------------
@@ -219,31 +284,38 @@ def _line(ax, rows, x, key, label, marker="o", color=None):
                     marker=marker, capsize=3, label=label, color=color)
 
 
-def fig9(agg: list[dict], path: Path) -> None:
+def fig9(agg: list[dict], path: Path, model: dict | None = None) -> None:
     rows = [r for r in agg if r["loss"] == 0 and r["R"] == 5 and r["shaper"] == "delayline"]
     if not rows:
         return
     plt = _plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    _line(a1, rows, "members", "throughput", "sent (steady half)")
+    _line(a1, rows, "members", "throughput", "sent (steady half), under load")
     _line(a1, rows, "members", "delivered_min", "received, slowest member", marker="s")
+    _line(a1, rows, "members", "ceiling_2cores", "2 idle cores at the measured CPU cost", marker="^")
+    xs = sorted({r["members"] for r in rows})
+    if model:
+        ms = [(n, marginal_ceiling(model, n)) for n in range(xs[0], xs[-1] + 1)]
+        a1.plot([n for n, c in ms if c], [c for n, c in ms if c], "--", color="grey",
+                label="cost model: (2 cores - fixed) / (us per receipt x receivers)")
     a1.set_xlabel("members (one group, one region)")
     a1.set_ylabel("packets/s")
     a1.set_title("Figure 9 here: multicast rate vs group size", fontsize=10)
     a1.grid(alpha=0.3)
-    a1.legend(fontsize=8)
-    base = min(rows, key=lambda r: r["members"])
-    ours = sorted((r for r in rows if r.get("throughput")), key=lambda r: r["members"])
-    if base.get("throughput"):
-        a2.plot([r["members"] for r in ours], [r["throughput"] / base["throughput"] for r in ours], "o-",
-                label=f"here, / rate at {base['members']} members")
-        a2.plot([r["members"] for r in ours], [base["members"] / r["members"] for r in ours], ":", color="grey",
-                label="1/members (fixed CPU shared by all members)")
+    a1.legend(fontsize=7)
+    for key, label, marker in (("throughput", "sent/s", "o"), ("ceiling_2cores", "2-core ceiling", "^")):
+        ours = sorted((r for r in rows if r.get(key)), key=lambda r: r["members"])
+        if ours:
+            base = ours[0]
+            a2.plot([r["members"] for r in ours], [r[key] / base[key] for r in ours], marker=marker,
+                    label=f"here: {label} / its value at {base['members']} members")
+    small = min(r["members"] for r in rows)
+    a2.plot(xs, [small / x for x in xs], ":", color="grey", label="members^-1 (one CPU shared by all members)")
     p = PAPER["fig9"]
     a2.plot(list(p), [v / p[1] for v in p.values()], "s--", color="C3", label="paper (text): 9850 -> 6500 /s")
     a2.set_xlabel("members")
     a2.set_ylabel("rate relative to the smallest group")
-    a2.set_ylim(0, 1.15)
+    a2.set_ylim(0, 1.6)
     a2.grid(alpha=0.3)
     a2.legend(fontsize=7)
     fig.tight_layout()
@@ -252,19 +324,27 @@ def fig9(agg: list[dict], path: Path) -> None:
 
 
 def fig12_13(agg: list[dict], path: Path) -> None:
-    rows = [r for r in agg if r["loss"] == 0 and r["shaper"] == "delayline"]
-    sizes = sorted({r["members"] for r in rows if sum(1 for x in rows if x["members"] == r["members"]) >= 3})
-    if not sizes:
+    rows = [r for r in agg if r["shaper"] == "delayline"]
+    series = sorted({(r["members"], r["loss"]) for r in rows
+                     if sum(1 for x in rows if (x["members"], x["loss"]) == (r["members"], r["loss"])) >= 3})
+    if not series:
         return
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for i, n in enumerate(sizes):
-        _line(ax, [r for r in rows if r["members"] == n], "R", "throughput", f"{n} members", color=f"C{i}")
-    ax.set_xlabel("partition size R (caching replicas)")
-    ax.set_ylabel("packets/s (steady half)")
-    ax.set_title("Figures 12-13 here: throughput vs partition size", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for i, (n, loss) in enumerate(series):
+        sub = [r for r in rows if r["members"] == n and r["loss"] == loss]
+        label = f"{n} members, loss {loss:.1%}"
+        _line(axes[0], sub, "R", "throughput", label, color=f"C{i}")
+        _line(axes[1], sub, "R", "ceiling_2cores", label, color=f"C{i}")
+        if loss > 0:
+            _line(axes[2], sub, "R", "recovery_latency_rounds", label, color=f"C{i}")
+    for ax, yl in zip(axes, ("sent packets/s (steady half, under load)", "2-core ceiling (packets/s)",
+                             "recovery latency (token rounds)")):
+        ax.set_xlabel("partition size R (caching replicas)")
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Figures 12-13 here: throughput and recovery vs partition size", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -330,7 +410,8 @@ def markdown_tables(agg: list[dict]) -> str:
     cols = [("throughput", "sent/s"), ("delivered_min", "slowest recv/s"), ("delivery", "delivery"),
             ("rate_cv", "rate cv"), ("recovery_rate", "recovery rate"), ("recovery_latency_s", "recovery s"),
             ("recovery_latency_rounds", "recovery rounds"), ("ack_latency_s", "ACK s"),
-            ("ack_latency_rounds", "ACK rounds"), ("load_mean", "load")]
+            ("ack_latency_rounds", "ACK rounds"), ("cpu_us_per_packet", "node CPU us/packet"),
+            ("ceiling_2cores", "2-core ceiling/s"), ("load_mean", "load")]
     out = ["| members | R | loss | token s | shaper | runs | " + " | ".join(c for _, c in cols) + " |",
            "|---|---|---|---|---|---|" + "---|" * len(cols)]
     for r in agg:
@@ -356,14 +437,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dirs", nargs="+", type=Path, help="sweep directories (points/) or run directories")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
+    ap.add_argument("--cpu", type=Path, default=None, help="benchmarks/bench_qsm.py --watch's log")
     a = ap.parse_args(argv)
     load = read_load(a.load)
+    cpu = read_cpu(a.cpu)
     dirs: list[Path] = []
     for s in a.dirs:
         dirs += sweep_runs(s) if (s / "points").is_dir() else [s]
     runs = []
     for d in dirs:
-        r = analyse_run(d, load)
+        r = analyse_run(d, load, cpu)
         if r["status"] != "completed":
             print(f"{d}: status {r['status']}, left out", file=sys.stderr)
             continue
@@ -376,10 +459,16 @@ def main(argv: list[str] | None = None) -> int:
                                             "loss": r["loss"], "seed": r["seed"], "series": r["rate_series"]}
                                            for r in runs])
     _write_csv(a.out / "summary.csv", agg)
-    (a.out / "summary.json").write_text(json.dumps({"runs": len(runs), "paper": PAPER, "points": agg}, indent=1,
-                                                   default=str))
+    model = cost_model(runs)
+    if model:
+        model["marginal_ceiling_2cores"] = {n: marginal_ceiling(model, n) for n in (4, 8, 12, 16, 24, 32, 48, 71)}
+        print(f"cost model over {model['runs']} runs: {model['fixed_core_per_member']:.4f} cores per member + "
+              f"{1e6 * model['cpu_s_per_receipt']:.1f} us per receipt (rms residual {model['rms_residual_s']:.1f} s "
+              f"of {model['mean_cpu_s']:.1f}); 2-core marginal ceiling: {model['marginal_ceiling_2cores']}")
+    (a.out / "summary.json").write_text(json.dumps({"runs": len(runs), "paper": PAPER, "cost_model": model,
+                                                    "points": agg}, indent=1, default=str))
     (a.out / "tables.md").write_text(markdown_tables(agg))
-    fig9(agg, a.out / "fig9_rate_vs_nodes.png")
+    fig9(agg, a.out / "fig9_rate_vs_nodes.png", model)
     fig12_13(agg, a.out / "fig12_13_rate_vs_R.png")
     fig17(runs, a.out / "fig17_rate_over_time.png")
     fig_latency(agg, ("recovery_latency_rounds", "recovery_rate"), "recovery latency (token rounds)",

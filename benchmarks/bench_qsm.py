@@ -15,6 +15,16 @@ Transport `udp` with one receiver: one unicast datagram per packet, as one IP mu
 The lab's own costs (the delay line's per packet-hop, README "Delay line") come on top and are not measured here.
 
     python benchmarks/bench_qsm.py [--seconds 3] [--packets 20000] [--json FILE]
+
+In the lab the members share the machine's cores with each other (and here with other sessions' work), so a run's
+rate says as much about the load as about QSM. `--watch PREFIX --log FILE` measures what a run's node processes
+really used: once a second it writes `unix-time pid cpu-seconds run-dir` for every node process
+(`python -m gossipnode --config RUN/configs/M.json`) whose run directory starts with PREFIX (user + system time
+from /proc/PID/stat); analysis/figures_qsm.py `--cpu FILE` turns that into CPU microseconds per packet receipt —
+the ceiling measured in situ, independent of the load (a process's last second may be missed: the members are idle
+for the 8 s after the sending stops).
+
+    python benchmarks/bench_qsm.py --watch /tmp/h7/ --log /tmp/h7/cpu.log &
 """
 from __future__ import annotations
 
@@ -154,12 +164,49 @@ def qsm_recv(tmp: Path, packets: int) -> dict:
     return {"packets": got, "logged": received, "seconds": round(elapsed, 3), "per_s": round(got / elapsed)}
 
 
+def node_cpu(prefix: str) -> list[tuple[int, float, str]]:
+    """(pid, cpu seconds, run dir) of every node process whose --config lies under `prefix`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().split(b"\0")
+            if b"gossipnode" not in args or b"--config" not in args:
+                continue
+            cfg = Path(args[args.index(b"--config") + 1].decode())
+            if not str(cfg).startswith(prefix):
+                continue
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            out.append((int(d.name), (int(fields[11]) + int(fields[12])) / tick, str(cfg.parent.parent)))
+        except (OSError, IndexError, ValueError):
+            continue            # gone meanwhile
+    return out
+
+
+def watch(prefix: str, log: Path, interval: float = 1.0) -> None:
+    with log.open("a") as f:
+        while True:
+            now = time.time()
+            for pid, cpu, run in node_cpu(prefix):
+                f.write(f"{now:.1f} {pid} {cpu:.2f} {run}\n")
+            f.flush()
+            time.sleep(interval)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--watch", metavar="PREFIX", help="log the CPU time of the node processes of runs under "
+                                                          "PREFIX (until killed)")
+    parser.add_argument("--log", type=Path, default=Path("cpu.log"), help="--watch's output")
     parser.add_argument("--seconds", type=float, default=3.0, help="how long the QSM sender sends")
     parser.add_argument("--packets", type=int, default=20000, help="packets into the QSM receiver and the floors")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    if args.watch:
+        watch(args.watch, args.log)
+        return 0
     before = loadavg()
     with TemporaryDirectory() as tmp:
         fs = floor_send(args.packets)

@@ -75,6 +75,30 @@ def test_units_and_no_loss():
     assert r["loss"] == 0.0 and r["ack_latency_rounds"] == pytest.approx(0.5)
 
 
+def test_cpu_log_and_per_packet_costs(tmp_path):
+    # two processes of run A (largest readings 2.0 and 1.5 s), one of run B; a torn line is skipped
+    f = tmp_path / "cpu.log"
+    f.write_text("1.0 11 1.00 /x/A\n2.0 11 2.00 /x/A\n2.0 12 1.50 /x/A\n2.0 13 0.50 /x/B\n3.0 13\n")
+    assert fq.read_cpu(f) == {"/x/A": pytest.approx(3.5), "/x/B": pytest.approx(0.5)}
+    # 1000 packets, 4000 receipts, 3 s of node CPU and 1 s of the delay line's: 3000 us per packet, 750 per
+    # receipt; two idle cores: 2 x 1000 / 4 s = 500 packets/s
+    c = fq.cpu_metrics({"messages": 1000, "receipts": 4000}, 3.0, 1.0)
+    assert c["cpu_us_per_packet"] == pytest.approx(3000) and c["cpu_us_per_receipt"] == pytest.approx(750)
+    assert c["ceiling_2cores"] == pytest.approx(500)
+    assert fq.cpu_metrics({"messages": 1000, "receipts": 0}, None, None)["ceiling_2cores"] is None
+
+
+def test_cost_model_recovers_its_coefficients():
+    # cpu = 0.03 x members x 40 s + 80 us x receipts, exactly: the fit returns both; 2 cores for 9 members:
+    # (2 - 0.27) / (80 us x 8 receivers) = 2703 packets/s
+    runs = [{"members": n, "duration_s": 40.0, "receipts": k, "node_cpu_s": 0.03 * n * 40 + 80e-6 * k}
+            for n, k in ((4, 30000), (8, 90000), (16, 50000), (12, 120000))]
+    m = fq.cost_model(runs)
+    assert m["fixed_core_per_member"] == pytest.approx(0.03) and m["cpu_s_per_receipt"] == pytest.approx(80e-6)
+    assert fq.marginal_ceiling(m, 9) == pytest.approx((2 - 0.27) / (80e-6 * 8))
+    assert fq.marginal_ceiling(m, 100) is None and fq.cost_model(runs[:2]) is None
+
+
 def test_aggregate_mean_and_student_t_interval():
     # three runs of one point: throughput 100, 110, 120 -> mean 110, sd 10, half-width t(0.975, 2) 4.303 x 10/sqrt 3
     runs = [{"members": 8, "R": 5, "loss": 0.0, "token_s": 1.0, "shaper": "delayline", "throughput": v,
