@@ -352,15 +352,16 @@ def fig12_13(agg: list[dict], path: Path) -> None:
 
 def fig_latency(agg: list[dict], keys: tuple[str, str], ylabel: str, title: str, path: Path,
                 paper: list[tuple[str, float]] = ()) -> None:
-    rows = [r for r in agg if r["loss"] > 0 and r["shaper"] == "delayline"]
-    if not rows:
+    rows = [r for r in agg if r["shaper"] == "delayline"]
+    if not any(r["loss"] > 0 for r in rows):
         return
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for i, loss in enumerate(sorted({r["loss"] for r in rows})):
         sub = [r for r in rows if r["loss"] == loss and r["R"] == 5]
-        _line(axes[0], sub, "members", keys[0], f"loss {loss:.1%} per link", color=f"C{i}")
-        _line(axes[1], sub, "members", keys[1], f"loss {loss:.1%} per link", color=f"C{i}")
+        label = f"loss {loss:.1%} per link" if loss else "no loss"
+        _line(axes[0], sub, "members", keys[0], label, color=f"C{i}")
+        _line(axes[1], sub, "members", keys[1], label, color=f"C{i}")
     for label, v in paper:
         axes[0].axhline(v, ls="--", color="grey", lw=1)
         axes[0].text(axes[0].get_xlim()[0], v, " " + label, fontsize=7, va="bottom", color="grey")
