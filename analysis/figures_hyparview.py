@@ -19,12 +19,13 @@ fig3_after_failure.png, fig4_healing.png.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from analysis.runlogs import load_during, read_events, read_load, run_dirs, sweep_runs, write_csv as _write_csv  # noqa: F401
 
 PROTOCOLS = ("hyparview", "cyclonacked", "cyclon", "scamp")
 TITLES = {"hyparview": "HyParView", "cyclon": "Cyclon", "scamp": "Scamp", "cyclonacked": "CyclonAcked"}
@@ -41,19 +42,6 @@ VALUES = ("reliability_before", "reliability_after", "reliability_after_first", 
 
 
 # --- one run, from its event logs (pure given the files) --------------------------------------------------------
-
-def read_events(run_dir: Path) -> tuple[dict, list[dict]]:
-    """(manifest, every event of every member and the orchestrator)."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    events = []
-    for f in sorted((run_dir / "events").glob("*.jsonl")):
-        for line in f.read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue        # a member killed mid-write leaves a torn last line
-    return manifest, events
-
 
 def run_reliability(events: list[dict], t0: float) -> tuple[list[dict], float | None, int | None, int]:
     """(per-broadcast reliability rows in send order, the first crash's time, the crash's (median) cycle,
@@ -144,25 +132,6 @@ def suspicions(events: list[dict], crash_ts: float | None) -> dict[str, int]:
     return {"false_suspicions_before": before, "suspicions_after": after}
 
 
-def load_during(load: list[tuple[float, float]], start: float, end: float) -> tuple[float | None, float | None]:
-    """(mean, max) of the 1-minute load average sampled in [start, end] (samples every ~10 s)."""
-    xs = [v for t, v in load if start <= t <= end]
-    return (statistics.fmean(xs), max(xs)) if xs else (None, None)
-
-
-def read_load(path: Path | None) -> list[tuple[float, float]]:
-    out = []
-    if path and path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 2:
-                try:
-                    out.append((float(parts[0]), float(parts[1])))
-                except ValueError:
-                    continue
-    return out
-
-
 def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None) -> dict[str, Any]:
     from analysis.protocols import overlay     # its pure `healing`; importing it starts no Spark
 
@@ -239,11 +208,11 @@ def aggregate(runs: list[dict]) -> list[dict]:
 
     groups: dict[tuple[str, float], list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["protocol"], r["fail"]), []).append(r)
+        groups.setdefault((r["protocol"], r["fail"], r.get("members")), []).append(r)
     out = []
-    for (p, f), rs in sorted(groups.items(), key=lambda kv: (PROTOCOLS.index(kv[0][0]) if kv[0][0] in PROTOCOLS
-                                                             else 99, kv[0][1])):
-        row: dict[str, Any] = {"protocol": p, "fail": f, "runs": len(rs),
+    for (p, f, n), rs in sorted(groups.items(), key=lambda kv: (PROTOCOLS.index(kv[0][0]) if kv[0][0] in PROTOCOLS
+                                                                else 99, kv[0][1], kv[0][2] or 0)):
+        row: dict[str, Any] = {"protocol": p, "fail": f, "members": n, "runs": len(rs),
                                "load_max": max((x["load_max"] for x in rs if x.get("load_max") is not None),
                                                default=None)}
         for k in VALUES:
@@ -275,7 +244,8 @@ def _plt():
 
 
 def fig_vs_f(agg: list[dict], key: str, ylabel: str, title: str, path: Path, ylim=None,
-             excluded: list[dict] | None = None, model: list[dict] | None = None) -> None:
+             excluded: list[dict] | None = None, model: list[dict] | None = None,
+             scale: list[dict] | None = None) -> None:
     """One line per protocol (mean, 95 % CI bars); `excluded` runs as faint crosses in the protocol's colour;
     `model` (gossip_model rows: fail, n50_view35, n10000_view35) as dashed reference lines."""
     plt = _plt()
@@ -290,10 +260,16 @@ def fig_vs_f(agg: list[dict], key: str, ylabel: str, title: str, path: Path, yli
         bad = [r for r in excluded or [] if r["protocol"] == p and r.get(key) is not None]
         if bad:
             ax.scatter([100 * r["fail"] + (i - 1.5) for r in bad], [r[key] for r in bad], marker="x", s=18,
-                       color=color, alpha=0.45, label=f"{TITLES[p]}: crash took > 1 s (left out)")
+                       color=color, alpha=0.45, label=f"{TITLES[p]}: left out (slow crash / FD fired on load)")
+        big = [r for r in scale or [] if r["protocol"] == p and r.get(key) is not None]
+        for n in sorted({r["members"] for r in big}):
+            pts = [r for r in big if r["members"] == n]
+            ax.scatter([100 * r["fail"] for r in pts], [r[key] for r in pts], marker=MARKERS[p], s=70,
+                       facecolors="none", edgecolors=color, linewidths=1.5, label=f"{TITLES[p]}, {n} members")
     for col, label, style in (("n10000_view35", "model, 10 000 members (Cyclon-like views)", "--"),
+                              ("n500_view35", "model, 500 members", "-."),
                               ("n50_view35", "model, 50 members", ":")):
-        if model:
+        if model and all(col in m for m in model):
             ax.plot([100 * m["fail"] for m in model], [m[col] for m in model], style, color="grey", label=label)
     ax.set_xlabel("failed members (%)")
     ax.set_ylabel(ylabel)
@@ -333,29 +309,6 @@ def fig_after_failure(runs: list[dict], path: Path, first: int = 60) -> None:
 
 # --- CLI ----------------------------------------------------------------------------------------------------------
 
-def sweep_runs(sweep_dir: Path) -> list[Path]:
-    """The run directory of every point of a sweep directory (points/<point>/<run>/), the newest completed one of a
-    point run more than once; every point ever run counts, whichever `--only` the last `sweep` call had."""
-    out = []
-    for point in sorted((sweep_dir / "points").iterdir()):
-        done = [d for d in sorted(point.iterdir()) if (d / "manifest.json").exists()
-                and json.loads((d / "manifest.json").read_text()).get("status") == "completed"]
-        if done:
-            out.append(done[-1])
-    return out
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sweeps", nargs="+", type=Path, help="sweep directories (sweep.json) or run directories")
@@ -365,9 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="gossip_model results (json: fail, n50_view35, n10000_view35) drawn as reference lines")
     a = ap.parse_args(argv)
     load = read_load(a.load)
-    dirs: list[Path] = []
-    for s in a.sweeps:
-        dirs += sweep_runs(s) if (s / "points").is_dir() else [s]
+    dirs = run_dirs(a.sweeps)
     every = []
     for d in dirs:
         r = analyse_run(d, load)
@@ -375,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{d}: status {r['status']}, left out", file=sys.stderr)
             continue
         every.append(r)
-    runs = [r for r in every if r["valid"]]
+    sizes = [r["members"] for r in every]
+    main_n = max(set(sizes), key=sizes.count) if sizes else None     # the sweep's group size; others: scale runs
+    scale_runs = [r for r in every if r["valid"] and r["members"] != main_n]
+    runs = [r for r in every if r["valid"] and r["members"] == main_n]
     for r in every:
         if not r["valid"]:
             print(f"{Path(r['run_dir']).name}: {r['invalid_because']} (load {_f(r['load_mean'])}),"
@@ -390,21 +344,24 @@ def main(argv: list[str] | None = None) -> int:
                                                     "max_crash_spread_s": MAX_CRASH_SPREAD_S,
                                                     "max_false_suspicions": MAX_FALSE_SUSPICIONS, "points": agg},
                                                    indent=1, default=str))
-    excluded = [r for r in every if not r["valid"]]
+    excluded = [r for r in every if not r["valid"] and r["members"] == main_n]
+    scale = aggregate(scale_runs)
+    if scale:
+        _write_csv(a.out / "scale.csv", scale)
     model = json.loads(a.model.read_text()) if a.model and a.model.exists() else None
     fig_vs_f(agg, "reliability_after", "reliability (mean over broadcasts after the crash)",
-             "Figure 2: reliability after the crash (50 members; 20 s = 40 cycles)",
-             a.out / "fig2_reliability.png", (0, 1.05), excluded, model)
+             f"Figure 2: reliability after the crash ({main_n} members; 20 s = 40 cycles)",
+             a.out / "fig2_reliability.png", (0, 1.05), excluded, model, scale)
     fig_vs_f(agg, "reliability_after_first", "reliability (broadcasts of the first 2 cycles, 1 s)",
              "Figure 2, paper's setting: broadcasts before the cycles go on",
-             a.out / "fig2_reliability_first_cycles.png", (0, 1.05), excluded, model)
+             a.out / "fig2_reliability_first_cycles.png", (0, 1.05), excluded, model, scale)
     fig_vs_f(agg, "cycles_to_heal_mean", "membership cycles to heal",
              "Figure 4: cycles until the mean over 4 cycles regains the pre-crash reliability",
              a.out / "fig4_healing.png", None, excluded)
     fig_after_failure(runs, a.out / "fig3_after_failure.png")
-    (a.out / "tables.md").write_text(markdown_tables(agg))
-    for r in agg:
-        print(f"{r['protocol']:12s} f={r['fail']:<5} runs={r['runs']} rel_after={_f(r['reliability_after'])}"
+    (a.out / "tables.md").write_text(markdown_tables(agg) + scale_table(scale))
+    for r in agg + scale:
+        print(f"{r['protocol']:12s} n={r['members']} f={r['fail']:<5} runs={r['runs']} rel_after={_f(r['reliability_after'])}"
               f"±{_f(r['reliability_after_ci95'])} first={_f(r['reliability_after_first'])} "
               f"heal={_f(r['cycles_to_heal_mean'])} heal_all={_f(r['cycles_to_heal'])} "
               f"before={_f(r['reliability_before'])} falsesusp={_f(r['false_suspicions_before'])} "
@@ -441,6 +398,21 @@ def markdown_tables(agg: list[dict]) -> str:
             out.append(f"| {round(100 * f)} % | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def scale_table(scale: list[dict]) -> str:
+    """The runs at another group size than the sweep's (the scale check), one row per protocol, size and f."""
+    if not scale:
+        return ""
+    out = ["**other group sizes** (mean ± 95 % CI (runs))", "",
+           "| protocol | members | f | first 2 cycles | 20 s after | before |", "|---|---|---|---|---|---|"]
+    for r in scale:
+        cells = [("-" if r.get(k) is None else f"{r[k]:.3f}" + (f" ± {r[k + '_ci95']:.3f}" if r.get(k + "_ci95")
+                                                                 is not None else ""))
+                 for k in ("reliability_after_first", "reliability_after", "reliability_before")]
+        out.append(f"| {TITLES.get(r['protocol'], r['protocol'])} | {r['members']} | {round(100 * r['fail'])} % | "
+                   + " | ".join(cells) + f" ({r['runs']}) |")
+    return "\n".join(out + [""])
 
 
 def _f(x: Any) -> str:

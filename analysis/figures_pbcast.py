@@ -26,12 +26,13 @@ fig1_fig12_faithful.png the same over the runs the fidelity judges (orchestrator
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from analysis.runlogs import load_during, read_events, read_load, run_dirs, sweep_runs, write_csv as _write_csv  # noqa: F401
 
 WINDOW_S = 0.5          # Figure 1: "80 successive throughput samples, gathered during a 500 ms period"
 SAMPLES = 80
@@ -42,19 +43,6 @@ MARKERS = {"tradvsync": "o", "vsync": "s"}
 
 
 # --- one run, from its event logs (pure given the files) --------------------------------------------------------
-
-def read_events(run_dir: Path) -> tuple[dict, list[dict]]:
-    """(manifest, every event of every member and the orchestrator)."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    events = []
-    for f in sorted((run_dir / "events").glob("*.jsonl")):
-        for line in f.read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue        # a member stopped mid-write leaves a torn last line
-    return manifest, events
-
 
 def run_throughput(events: list[dict], also_exclude: set[str] | frozenset[str] = frozenset(),
                    window_s: float = WINDOW_S, samples: int = SAMPLES) -> dict[str, Any]:
@@ -121,25 +109,6 @@ def run_throughput(events: list[dict], also_exclude: set[str] | frozenset[str] =
     calm_s = [per_s[m] for m in calm if m in per_s]
     out["per_s"] = statistics.median(calm_s) if calm_s else None
     return out
-
-
-def read_load(path: Path | None) -> list[tuple[float, float]]:
-    """(unix time, 1-min load) from a `unix-time load1 load5 load15` log."""
-    out = []
-    if path and path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 2:
-                try:
-                    out.append((float(parts[0]), float(parts[1])))
-                except ValueError:
-                    continue
-    return out
-
-
-def load_during(load: list[tuple[float, float]], a: float, b: float) -> tuple[float | None, float | None]:
-    xs = [v for t, v in load if a <= t <= b]
-    return (statistics.fmean(xs), max(xs)) if xs else (None, None)
 
 
 def _spec_target(spec: dict) -> set[str]:
@@ -320,28 +289,6 @@ def fig_perturbed(agg: list[dict], path: Path, protocol: str = "vsync") -> None:
 
 # --- CLI ----------------------------------------------------------------------------------------------------------
 
-def sweep_runs(sweep_dir: Path) -> list[Path]:
-    """The newest completed run directory of every point of a sweep directory (points/<point>/<run>/)."""
-    out = []
-    for point in sorted((sweep_dir / "points").iterdir()):
-        done = [d for d in sorted(point.iterdir()) if (d / "manifest.json").exists()
-                and json.loads((d / "manifest.json").read_text()).get("status") == "completed"]
-        if done:
-            out.append(done[-1])
-    return out
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
-
-
 def _f(x: Any, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else fmt.format(x) if isinstance(x, float) else str(x)
 
@@ -382,9 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=None, help="the offered rate the figures show (default: most runs')")
     a = ap.parse_args(argv)
     load = read_load(a.load)
-    dirs: list[Path] = []
-    for s in a.dirs:
-        dirs += sweep_runs(s) if (s / "points").is_dir() else [s]
+    dirs = run_dirs(a.dirs)
     runs = []
     for d in dirs:
         r = analyse_run(d, load)

@@ -34,7 +34,6 @@ fig17_rate_over_time.png, fig19_recovery.png, fig20_ack_latency.png (those with 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import statistics
@@ -42,7 +41,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.figures_hyparview import load_during, read_events, read_load, sweep_runs
+from analysis.runlogs import load_during, read_events, read_load, run_dirs, sweep_runs  # noqa: F401
+from analysis.runlogs import write_csv as _write_csv
 
 VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
           "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
@@ -422,17 +422,6 @@ def markdown_tables(agg: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+", type=Path, help="sweep directories (points/) or run directories")
@@ -442,9 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     load = read_load(a.load)
     cpu = read_cpu(a.cpu)
-    dirs: list[Path] = []
-    for s in a.dirs:
-        dirs += sweep_runs(s) if (s / "points").is_dir() else [s]
+    dirs = run_dirs(a.dirs)
     runs = []
     for d in dirs:
         r = analyse_run(d, load, cpu)

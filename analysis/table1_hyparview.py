@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.figures_hyparview import MARKERS, PROTOCOLS, TITLES, _plt, _write_csv, max_hops, read_events
+from analysis.figures_hyparview import MARKERS, PROTOCOLS, TITLES, _plt, max_hops
+from analysis.runlogs import read_events, write_csv as _write_csv
 
 # §5.4, Table 1 (10 000 nodes, PeerSim, after 50 cycles); CyclonAcked is not in the table
 PAPER = {"cyclon": {"clustering": 0.006836, "shortest_path": 2.60426, "max_hops": 10.6},

@@ -110,6 +110,31 @@ def run_scenario(s: Scenario, tmp: Path) -> dict:
     }
 
 
+def blast_into(runtime, peer, node_sock, batch: list[bytes], settle_s: float = 0.2) -> float:
+    """Run `runtime` and send it `batch` from `peer` over loopback in windows of 100 packets, the next window when
+    the node has read the last (no socket drops); stop the runtime; the seconds from the first send to the last
+    read. Shared with bench_qsm.py."""
+    packets = len(batch)
+
+    async def blast() -> float:
+        await asyncio.sleep(settle_s)
+        start = time.perf_counter()
+        for first in range(0, packets, 100):
+            for data in batch[first : first + 100]:
+                peer.sendto(data, node_sock.getsockname())
+            while runtime.counters["packets_in"] < min(first + 100, packets):
+                await asyncio.sleep(0)
+        elapsed = time.perf_counter() - start
+        runtime.stop("done")
+        return elapsed
+
+    async def main() -> float:
+        _, elapsed = await asyncio.gather(runtime.run(), blast())
+        return elapsed
+
+    return asyncio.run(main())
+
+
 def run_udp(tmp: Path, packets: int) -> dict:
     """One NodeRuntime on loopback fed GOSSIP packets from a peer socket in the same event loop; messages/s
     through asyncio + UDP (the sending side's cost is included, so this is a lower bound)."""
@@ -126,24 +151,7 @@ def run_udp(tmp: Path, packets: int) -> dict:
     batch = [wire.encode(gsgc_wire.Message(gsgc_wire.MsgType.GOSSIP, 1, k, 0, gsgc_wire.Gossip((), (), 0b10, 2)))
              for k in range(packets)]
 
-    async def blast() -> float:
-        """Windows of 100 packets: the next window goes out when the node has read the last (no socket drops)."""
-        await asyncio.sleep(0.2)
-        start = time.perf_counter()
-        for first in range(0, packets, 100):
-            for data in batch[first : first + 100]:
-                peer.sendto(data, node_sock.getsockname())
-            while runtime.counters["packets_in"] < min(first + 100, packets):
-                await asyncio.sleep(0)
-        elapsed = time.perf_counter() - start
-        runtime.stop("done")
-        return elapsed
-
-    async def main() -> float:
-        _, elapsed = await asyncio.gather(runtime.run(), blast())
-        return elapsed
-
-    elapsed = asyncio.run(main())
+    elapsed = blast_into(runtime, peer, node_sock, batch, settle_s=0.2)
     peer.close()
     handled = runtime.counters["packets_in"]
     return {"scenario": "udp: one runtime, GOSSIP over loopback", "messages": handled,

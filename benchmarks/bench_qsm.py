@@ -43,6 +43,9 @@ from gossipnode.config import NodeConfig
 from gossipnode.protocols.qsm.wire import Data
 from gossipnode.runtime import NodeRuntime
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_node import blast_into  # noqa: E402  (the benchmarks are scripts side by side)
+
 SIZE = 100                   # bytes of UDP payload per data packet (headers included), as topologies/qsm-fig9.yaml
 PAYLOAD = SIZE - 22          # a QSM DATA message's headers are 22 bytes
 
@@ -141,23 +144,7 @@ def qsm_recv(tmp: Path, packets: int) -> dict:
     batch = [wire.encode(Data(1, 0, k, 1, 0, k, b"x" * PAYLOAD)) for k in range(1, packets + 1)]
     assert len(batch[0]) == SIZE
 
-    async def blast() -> float:
-        await asyncio.sleep(0.3)
-        start = time.perf_counter()
-        for first in range(0, packets, 100):
-            for data in batch[first: first + 100]:
-                peer.sendto(data, node_sock.getsockname())
-            while runtime.counters["packets_in"] < min(first + 100, packets):
-                await asyncio.sleep(0)
-        elapsed = time.perf_counter() - start
-        runtime.stop("done")
-        return elapsed
-
-    async def main() -> float:
-        _, elapsed = await asyncio.gather(runtime.run(), blast())
-        return elapsed
-
-    elapsed = asyncio.run(main())
+    elapsed = blast_into(runtime, peer, node_sock, batch, settle_s=0.3)
     peer.close()
     got = runtime.counters["packets_in"]
     received = sum(1 for line in (tmp / "m0.jsonl").read_text().splitlines() if '"data_received"' in line)
