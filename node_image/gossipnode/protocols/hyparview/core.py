@@ -75,7 +75,10 @@ class HyParViewNode(PeerBroadcaster, Core):
         self.counters: Counter[str] = Counter()
         self.slots = BroadcastSlots(self.name, cfg, MIN_DATA_SIZE, now, self.rng, p.backups, p.backup_delay_s)
         self.startup = Output()
-        self._join(self.startup, now)
+        # one by one (join_interval_s > 0): member i JOINs i intervals after its start, and not before
+        self.join_due: float | None = now + cfg.id * p.join_interval_s if p.join_interval_s > 0 else None
+        if self.join_due is None:
+            self._join(self.startup, now)
 
     # ---- views (Algorithm 1's primitives) ---------------------------------------------------------------------
 
@@ -314,17 +317,20 @@ class HyParViewNode(PeerBroadcaster, Core):
         return out
 
     def next_wakeup(self) -> float:
-        return min(self.clock.due, self.slots.due)
+        return min(self.clock.due, self.slots.due, self.join_due if self.join_due is not None else float("inf"))
 
     def tick(self, now: float) -> Output:
         out = Output()
+        if self.join_due is not None and now >= self.join_due:
+            self.join_due = None
+            self._join(out, now)
         if now >= self.clock.due:
             skipped = self.clock.advance(now)
             self.cycle += 1 + skipped
             out.log(now, "cycle", cycle=self.cycle, active=sorted(self.active), passive=len(self.passive))
             if skipped:
                 out.log(now, "steps_skipped", timer="cycle", missed=skipped)
-            if not self.active and not self.passive and self.pending is None:
+            if not self.active and not self.passive and self.pending is None and self.join_due is None:
                 self._join(out, now)
             else:
                 self._repair(out, now)

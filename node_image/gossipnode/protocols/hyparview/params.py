@@ -29,6 +29,9 @@ class HyParViewParams(Strict):
     shuffle_ttl: int | None = Field(default=None, ge=1, le=255, description="SHUFFLE random walk; None: arwl")
     cycle_s: float = Field(default=1.0, gt=0, description="the membership cycle: one SHUFFLE per member and cycle")
     contact: int = Field(default=0, ge=0, description="the contact node every member JOINs through")
+    join_interval_s: float = Field(default=0.0, ge=0, description=(
+        "0: every member JOINs at its start (the testbed's common start: all at once); > 0: member i JOINs "
+        "i x this after its start, one by one in id order (the paper's PeerSim joins)"))
     backups: int = Field(default=2, ge=0, le=10, description="broadcast slots: stand-in senders (peerview.broadcast)")
     backup_delay_s: float = Field(default=0.5, gt=0, description="delay of each stand-in sender")
 
