@@ -31,6 +31,8 @@ PAPER = {"cyclon": {"clustering": 0.006836, "shortest_path": 2.60426, "max_hops"
          "scamp": {"clustering": 0.022476, "shortest_path": 3.35398, "max_hops": 14.1},
          "hyparview": {"clustering": 0.00092, "shortest_path": 6.38542, "max_hops": 9.0}}
 PAPER_N = 10_000
+SEQUENTIAL = "hyparview, joins one by one"
+ORDER = (*PROTOCOLS[:1], SEQUENTIAL, *PROTOCOLS[1:])
 VALUES = ("clustering", "clustering_random", "shortest_path", "shortest_path_random", "max_hops", "degree",
           "out_degree")
 
@@ -50,6 +52,8 @@ def analyse_run(run_dir: Path) -> dict[str, Any]:
     manifest, events = read_events(run_dir)
     spec = manifest.get("spec") or {}
     protocol = next(iter(spec.get("protocol") or {}), None)
+    if ((spec.get("protocol") or {}).get(protocol) or {}).get("join_interval"):
+        protocol = SEQUENTIAL          # the paper's one-by-one joins (docs/reproduction-hyparview.md)
     path = run_dir / "analysis" / "metrics" / "summary.json"
     if not path.exists():
         raise SystemExit(f"{run_dir}: no {path.relative_to(run_dir)} - run `orchestrator analyze {run_dir}` first")
@@ -73,8 +77,8 @@ def aggregate(runs: list[dict]) -> list[dict]:
     for r in runs:
         groups.setdefault((r["protocol"], r["members"]), []).append(r)
     out = []
-    for (p, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], PROTOCOLS.index(kv[0][0])
-                                                             if kv[0][0] in PROTOCOLS else 99)):
+    for (p, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], ORDER.index(kv[0][0])
+                                                             if kv[0][0] in ORDER else 99)):
         row: dict[str, Any] = {"protocol": p, "members": n, "runs": len(rs)}
         for k in VALUES:
             m, ci = mean_ci([x[k] for x in rs if x.get(k) is not None])
@@ -106,7 +110,7 @@ def markdown(agg: list[dict]) -> str:
 
     sizes = sorted({r["members"] for r in agg})
     by = {(r["protocol"], r["members"]): r for r in agg}
-    protos = [p for p in PROTOCOLS if any(r["protocol"] == p for r in agg)]
+    protos = [p for p in ORDER if any(r["protocol"] == p for r in agg)]
     out = []
     for key, rand, fmt, title in (("clustering", "clustering_random", "{:.4f}", "average clustering coefficient"),
                                   ("shortest_path", "shortest_path_random", "{:.2f}", "average shortest path"),
@@ -114,7 +118,7 @@ def markdown(agg: list[dict]) -> str:
         pk = {"clustering": "clustering", "shortest_path": "shortest_path", "max_hops": "max_hops"}[key]
         out += [f"**{title}** (mean ± 95 % CI over the runs" + ("; in brackets a random graph with the same n and "
                                                                   "degree" if rand else "") + ")", "",
-                "| members | " + " | ".join(TITLES[p] for p in protos) + " |", "|---|" + "---|" * len(protos)]
+                "| members | " + " | ".join(TITLES.get(p, p) for p in protos) + " |", "|---|" + "---|" * len(protos)]
         for n in sizes:
             cells = []
             for p in protos:
@@ -137,10 +141,10 @@ def fig_indegree(rows: list[dict], path: Path) -> None:
     sizes = sorted({r["members"] for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 3.6), squeeze=False)
     for ax, n in zip(axes[0], sizes):
-        for p in PROTOCOLS:
+        for p in ORDER:
             pts = [(r["indegree"], r["fraction"]) for r in rows if r["protocol"] == p and r["members"] == n]
             if pts:
-                ax.plot(*zip(*pts), marker=MARKERS[p], ms=3, label=TITLES[p])
+                ax.plot(*zip(*pts), marker=MARKERS.get(p, "v"), ms=3, label=TITLES.get(p, p))
         ax.set_xlabel("in-degree")
         ax.set_ylabel("fraction of members")
         ax.set_title(f"Figure 5: in-degree after ~80 cycles, {n} members", fontsize=9)

@@ -70,6 +70,17 @@ def test_runs_to_table_and_figure(tmp_path):
     assert (out / "fig5_indegree.png").stat().st_size > 1000
 
 
+def test_one_by_one_joins_are_their_own_row(tmp_path):
+    d = make_run(tmp_path, "q", "hyparview", 1, summary(0.01, 4.0, 6.0, 4.0, 800, [{"indegree": 4, "members": 4}]),
+                 events_with_hops([[1, 2, 3]]))
+    spec = json.loads((d / "manifest.json").read_text())
+    spec["spec"]["protocol"]["hyparview"] = {"join_interval": 0.05}
+    (d / "manifest.json").write_text(json.dumps(spec))
+    assert t1.analyse_run(d)["protocol"] == t1.SEQUENTIAL
+    assert t1.main([str(d), "--out", str(tmp_path / "out")]) == 0
+    assert "| members | hyparview, joins one by one |" in (tmp_path / "out" / "table1.md").read_text()
+
+
 def test_an_unanalysed_run_is_refused_with_the_command_to_run(tmp_path):
     d = make_run(tmp_path, "a", "cyclon", 1, {}, events_with_hops([[1]]))
     (d / "analysis" / "metrics" / "summary.json").unlink()
