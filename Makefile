@@ -80,14 +80,21 @@ bench: setup
 REPRO_OUT ?= runs/repro
 repro-hyparview: setup
 	$(ORCH) sweep topologies/hyparview-fig2-sweep.yaml --out $(REPRO_OUT)/hyparview-fig2 --no-analyze
-	$(PY) -m analysis.figures_hyparview $(REPRO_OUT)/hyparview-fig2 --out $(REPRO_OUT)/results/hyparview-fig2
 	@set -e; for seed in 1 2; do for ps in hyparview:hpv cyclon:cyc scamp:scp cyclonacked:cya; do \
-	  ls -d $(REPRO_OUT)/hyparview-table1/t1-$${ps#*:}-500-s$$seed-* >/dev/null 2>&1 || \
-	  $(ORCH) run topologies/hyparview-table1.yaml --set protocol=$${ps%:*} --set seed=$$seed \
-	    --out $(REPRO_OUT)/hyparview-table1; done; done
+	  ls -d $(REPRO_OUT)/hyparview-table1/t1-$${ps#*:}-200-s$$seed-* >/dev/null 2>&1 || \
+	  $(ORCH) run topologies/hyparview-table1.yaml --set members=200 --set packing=25 --set protocol=$${ps%:*} \
+	    --set seed=$$seed --out $(REPRO_OUT)/hyparview-table1; done; \
+	  ls -d $(REPRO_OUT)/hyparview-table1/t1-hpv-200q-s$$seed-* >/dev/null 2>&1 || \
+	  $(ORCH) run topologies/hyparview-table1.yaml --set members=200 --set packing=25 --set protocol=hyparview \
+	    --set join_interval=50ms --set seed=$$seed --out $(REPRO_OUT)/hyparview-table1; done
 	@set -e; for r in $(REPRO_OUT)/hyparview-table1/t1-*; do test -e $$r/analysis/metrics/summary.json || \
 	  $(ORCH) analyze -q $$r --master 'local[2]'; done
 	$(PY) -m analysis.table1_hyparview $(REPRO_OUT)/hyparview-table1/t1-* --out $(REPRO_OUT)/results/hyparview-table1
+	@set -e; for pf in 80:0.8 95:0.95; do ls -d $(REPRO_OUT)/hyparview-scale/f2-cyc-$${pf%:*}-* >/dev/null 2>&1 || \
+	  $(ORCH) run topologies/hyparview-fig2.yaml --set members=500 --set rate=1 --set protocol=cyclon --set fail=$${pf#*:} \
+	    --out $(REPRO_OUT)/hyparview-scale; done
+	$(PY) -m analysis.figures_hyparview $(REPRO_OUT)/hyparview-fig2 $(REPRO_OUT)/hyparview-scale/f2-* \
+	  --out $(REPRO_OUT)/results/hyparview-fig2
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
