@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm
 setup: system venv docker-engine
 
 system:
@@ -95,6 +95,23 @@ repro-hyparview: setup
 	    --out $(REPRO_OUT)/hyparview-scale; done
 	$(PY) -m analysis.figures_hyparview $(REPRO_OUT)/hyparview-fig2 $(REPRO_OUT)/hyparview-scale/f2-* \
 	  --out $(REPRO_OUT)/results/hyparview-fig2
+
+# pbcast's Figures 1 and 12 (docs/reproduction-pbcast.md) and QSM's Figures 9, 12-13, 19-20
+# (docs/reproduction-qsm.md): the commands those pages' numbers came from; resumable.
+repro-pbcast: setup
+	$(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1 --no-analyze
+	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1 --out $(REPRO_OUT)/results/pbcast-fig1
+
+repro-qsm: setup
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=4,8,12,16 --out $(REPRO_OUT)/qsm-fig9 --no-analyze
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=16 \
+	  --axis protocol.qsm.partition_size=1,2,3,8,16 --out $(REPRO_OUT)/qsm-figR --no-analyze
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=8,16 --axis links.loss=0.1%,1% \
+	  --out $(REPRO_OUT)/qsm-figloss --no-analyze
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=16 --axis links.loss=1% \
+	  --axis protocol.qsm.partition_size=1,2,3,8,16 --repetitions 2 --out $(REPRO_OUT)/qsm-figRloss --no-analyze
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9 $(REPRO_OUT)/qsm-figR $(REPRO_OUT)/qsm-figloss \
+	  $(REPRO_OUT)/qsm-figRloss --out $(REPRO_OUT)/results/qsm-fig9
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
