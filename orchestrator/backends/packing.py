@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from orchestrator.backends.local import LocalDriver
@@ -220,13 +221,22 @@ class PackedDriver(LocalDriver):
         return out
 
     def _each(self, names: list[str], req: dict, when: tuple[str, ...], then: str) -> dict[str, dict]:
-        replies = {}
+        """`req` to every member of `names` in state `when`, all requests under way at once: one after the other,
+        a crash of 400 members of busy packs took 33-55 s (a round trip each through a pack's busy event loop),
+        not the "at once" a massive failure means."""
+        targets = []
         for n in names:
             pack = self.pack_of.get(n)
             if self.status.get(n) not in when or pack is None or pack.proc.poll() is not None:
                 continue                   # like a signal to a process that is gone: nothing to do
-            replies[n] = self._call(n, req)
-            if replies[n]["ok"]:
+            targets.append(n)
+        if len(targets) <= 1:
+            replies = {n: self._call(n, req) for n in targets}
+        else:
+            with ThreadPoolExecutor(max_workers=min(64, len(targets))) as pool:
+                replies = dict(zip(targets, pool.map(lambda n: self._call(n, req), targets)))
+        for n, r in replies.items():
+            if r["ok"]:
                 self.status[n] = then
         return replies
 

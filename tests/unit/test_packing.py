@@ -253,6 +253,26 @@ def test_packed_driver_sends_each_fault_to_the_member_it_names(tmp_path):
     assert driver.alive() == 0
 
 
+def test_a_crash_of_many_members_sends_every_request_before_any_reply_comes(tmp_path):
+    # a massive failure is at once: one member at a time, 400 members of busy packs took 33-55 s; here every
+    # reply waits until all 6 requests have arrived (a barrier), which one-at-a-time requests would never pass
+    import threading
+
+    exp = exp_of("nodes: {packing: 3}")
+    driver, tl, rd, configs = driver_for(tmp_path, exp, PackBackend(), packing.decide(3, 7, None, 2))
+    driver._request = lambda name, req, timeout=5.0: {"ok": True}
+    driver.start_nodes(driver.ctx.first)
+    names = driver.ctx.first + ["h5"]
+    driver.start_nodes(["h5"])
+    alive = driver.alive()
+    barrier = threading.Barrier(len(names), timeout=10)
+    driver._request = lambda name, req, timeout=5.0: barrier.wait() is not None and {"ok": True}
+    replies = driver.crash(names)
+    assert sorted(replies) == sorted(names) and all(r["ok"] for r in replies.values())
+    assert driver.alive() == alive - len(names) and not barrier.broken
+    assert driver.crash(names) == {}                        # crashed already: nothing sent
+
+
 def test_a_member_whose_pack_is_gone_restarts_in_a_new_pack(tmp_path):
     exp = exp_of("nodes: {packing: 3}")
     backend = PackBackend()
