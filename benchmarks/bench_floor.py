@@ -29,6 +29,7 @@ import argparse
 import itertools
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -270,8 +271,10 @@ def send(s: socket.socket, dst: tuple[str, int], rate_pps: float, seconds: float
     return sent, mono() - start
 
 
-def _stat(proc: subprocess.Popen) -> tuple[int, int, int]:
+def _stat(proc: subprocess.Popen, timeout_s: float = 10.0) -> tuple[int, int, int]:
     proc.send_signal(signal.SIGUSR1)
+    if not select.select([proc.stdout], [], [], timeout_s)[0]:
+        raise RuntimeError(f"nfq_floor gave no STAT line within {timeout_s:.0f} s of SIGUSR1")
     return parse_stat_line(proc.stdout.readline())
 
 

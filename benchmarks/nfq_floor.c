@@ -199,6 +199,10 @@ int main(int argc, char **argv) {
     if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) < 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof one);
+    /* a SIGUSR1 that lands between the want_stat check and recv() would wait for the next packet, forever on an
+       idle queue: recv() returns every 100 ms so that the flag is seen */
+    struct timeval tick = {0, 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof tick);
     printf("READY %d\n", (int)getpid());
     fflush(stdout);
 
@@ -210,7 +214,7 @@ int main(int argc, char **argv) {
             print_stat();
         }
         if (n < 0) {
-            if (errno == EINTR || errno == ENOBUFS)
+            if (errno == EINTR || errno == ENOBUFS || errno == EAGAIN || errno == EWOULDBLOCK)
                 continue;
             perror("recv");
             break;
