@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.runlogs import load_during, read_events, read_load, run_dirs, sweep_runs, write_csv as _write_csv  # noqa: F401
+from analysis.runlogs import analyse_completed, load_during, read_events, read_load, run_dirs, sweep_runs, write_csv as _write_csv  # noqa: F401
+from analysis.runlogs import pyplot as _plt
 
 PROTOCOLS = ("hyparview", "cyclonacked", "cyclon", "scamp")
 TITLES = {"hyparview": "HyParView", "cyclon": "Cyclon", "scamp": "Scamp", "cyclonacked": "CyclonAcked"}
@@ -236,13 +237,6 @@ def per_cycle(runs: list[dict], max_cycle: int = 40) -> list[dict]:
 
 # --- figures ------------------------------------------------------------------------------------------------------
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def fig_vs_f(agg: list[dict], key: str, ylabel: str, title: str, path: Path, ylim=None,
              excluded: list[dict] | None = None, model: list[dict] | None = None,
              scale: list[dict] | None = None) -> None:
@@ -318,14 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="gossip_model results (json: fail, n50_view35, n10000_view35) drawn as reference lines")
     a = ap.parse_args(argv)
     load = read_load(a.load)
-    dirs = run_dirs(a.sweeps)
-    every = []
-    for d in dirs:
-        r = analyse_run(d, load)
-        if r["status"] != "completed":
-            print(f"{d}: status {r['status']}, left out", file=sys.stderr)
-            continue
-        every.append(r)
+    every = analyse_completed(run_dirs(a.sweeps), lambda d: analyse_run(d, load))
     sizes = [r["members"] for r in every]
     main_n = max(set(sizes), key=sizes.count) if sizes else None     # the sweep's group size; others: scale runs
     scale_runs = [r for r in every if r["valid"] and r["members"] != main_n]

@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.runlogs import load_during, read_events, read_load, run_dirs, sweep_runs, write_csv as _write_csv  # noqa: F401
+from analysis.runlogs import analyse_completed, load_during, read_events, read_load, run_dirs, sweep_runs, write_csv as _write_csv  # noqa: F401
+from analysis.runlogs import pyplot as _plt
 
 WINDOW_S = 0.5          # Figure 1: "80 successive throughput samples, gathered during a 500 ms period"
 SAMPLES = 80
@@ -223,13 +224,6 @@ def buffer_model(p: float, buffer_s: float = 0.1, interval_s: float = 0.1, ack_s
 
 # --- figures ------------------------------------------------------------------------------------------------------
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def fig_contrast(agg: list[dict], path: Path, offered: float | None) -> None:
     """Figure 1 beside Figure 12: throughput at an unperturbed member against p, a line per protocol and size
     (mean over repetitions, 95 % CI bars); the offered rate dotted."""
@@ -329,14 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=None, help="the offered rate the figures show (default: most runs')")
     a = ap.parse_args(argv)
     load = read_load(a.load)
-    dirs = run_dirs(a.dirs)
-    runs = []
-    for d in dirs:
-        r = analyse_run(d, load)
-        if r["status"] != "completed":
-            print(f"{d}: status {r['status']}, left out", file=sys.stderr)
-            continue
-        runs.append(r)
+    runs = analyse_completed(run_dirs(a.dirs), lambda d: analyse_run(d, load))
     a.out.mkdir(parents=True, exist_ok=True)
     agg = aggregate(runs)
     _write_csv(a.out / "runs.csv", [{k: (Path(v).name if k == "run_dir" else v) for k, v in r.items()}

@@ -41,7 +41,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.runlogs import load_during, read_events, read_load, run_dirs, sweep_runs  # noqa: F401
+from analysis.runlogs import analyse_completed, load_during, read_events, read_load, run_dirs, sweep_runs  # noqa: F401
+from analysis.runlogs import pyplot as _plt
 from analysis.runlogs import write_csv as _write_csv
 
 VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
@@ -270,13 +271,6 @@ def aggregate(runs: list[dict]) -> list[dict]:
 
 # --- figures ------------------------------------------------------------------------------------------------------
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def _line(ax, rows, x, key, label, marker="o", color=None):
     rows = sorted((r for r in rows if r.get(key) is not None), key=lambda r: r[x])
     if rows:
@@ -431,14 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     load = read_load(a.load)
     cpu = read_cpu(a.cpu)
-    dirs = run_dirs(a.dirs)
-    runs = []
-    for d in dirs:
-        r = analyse_run(d, load, cpu)
-        if r["status"] != "completed":
-            print(f"{d}: status {r['status']}, left out", file=sys.stderr)
-            continue
-        runs.append(r)
+    runs = analyse_completed(run_dirs(a.dirs), lambda d: analyse_run(d, load, cpu))
     a.out.mkdir(parents=True, exist_ok=True)
     agg = aggregate(runs)
     _write_csv(a.out / "runs.csv", [{k: (Path(v).name if k == "run_dir" else v) for k, v in r.items()

@@ -7,7 +7,9 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+import sys
 from pathlib import Path
+from typing import Any, Callable
 
 
 def read_events(run_dir: Path) -> tuple[dict, list[dict]]:
@@ -74,3 +76,23 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         w.writeheader()
         for r in rows:
             w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
+
+
+def analyse_completed(dirs: list[Path], analyse: Callable[[Path], dict[str, Any]]) -> list[dict[str, Any]]:
+    """`analyse` of every run directory whose result's `status` is completed; the others named on stderr."""
+    out = []
+    for d in dirs:
+        r = analyse(d)
+        if r["status"] != "completed":
+            print(f"{d}: status {r['status']}, left out", file=sys.stderr)
+            continue
+        out.append(r)
+    return out
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when a figure is drawn (not at import)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.figures_hyparview import MARKERS, PROTOCOLS, TITLES, _plt, max_hops
-from analysis.runlogs import read_events, write_csv as _write_csv
+from analysis.runlogs import analyse_completed, read_events, write_csv as _write_csv
 
 # §5.4, Table 1 (10 000 nodes, PeerSim, after 50 cycles); CyclonAcked is not in the table
 PAPER = {"cyclon": {"clustering": 0.006836, "shortest_path": 2.60426, "max_hops": 10.6},
@@ -160,16 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="run directories, analysed (orchestrator analyze)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    runs = []
-    for d in a.runs:
-        r = analyse_run(d)
-        if r["status"] != "completed":
-            print(f"{d}: status {r['status']}, left out", file=sys.stderr)
-            continue
+    runs = analyse_completed(a.runs, analyse_run)
+    for r in runs:
         if (r["max_hops"] is None) != (r["max_hops_plain"] is None) or (
                 r["max_hops"] is not None and abs(r["max_hops"] - r["max_hops_plain"]) > 1e-9):
-            print(f"{d}: hops from Spark {r['max_hops']} != plain {r['max_hops_plain']}", file=sys.stderr)
-        runs.append(r)
+            print(f"{r['run_dir']}: hops from Spark {r['max_hops']} != plain {r['max_hops_plain']}", file=sys.stderr)
     a.out.mkdir(parents=True, exist_ok=True)
     _write_csv(a.out / "runs.csv", [{k: v for k, v in r.items() if k != "indegree"} for r in runs])
     agg = aggregate(runs)
