@@ -406,13 +406,12 @@ def bimodal_figure(agg: list[dict], path: Path) -> None:
     and the last second's, summed over the runs of each point."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    centres = [(i + 0.5) * BIN_WIDTH for i in range(BINS)]
-    for j, a in enumerate(agg):
-        lab = f"{a['members']} members, crash {a.get('crash_fraction')}, {a['runs']} run(s)"
-        for h, style, w in (("hist_all", "-", "all messages"), ("hist_last", "--", f"last {LAST_S:g} s")):
-            ys = [c if c > 0 else float("nan") for c in a[h]]
-            ax.plot(centres, ys, marker="o" if h == "hist_all" else "s", linestyle=style, color=f"C{j}",
-                    label=f"{lab}: {w}")
+    series = [(a, h) for a in agg for h in ("hist_all", "hist_last")]
+    w = BIN_WIDTH / max(1, len(series))
+    for j, (a, h) in enumerate(series):
+        lab = (f"{a['members']} members, crash {a.get('crash_fraction')}, {a['runs']} run(s): "
+               + ("all messages" if h == "hist_all" else f"sent in the last {LAST_S:g} s"))
+        ax.bar([i * BIN_WIDTH + (j + 0.5) * w for i in range(BINS)], a[h], width=w, color=f"C{j}", label=lab)
     ax.set_yscale("log")
     ax.set_xlim(0, 1)
     ax.set_xlabel(f"fraction of surviving members that delivered the message (bins of {BIN_WIDTH:g})")
