@@ -205,7 +205,8 @@ def test_sim_safety_seeds(seed):
 def test_view_change_drops_a_member_too_far_behind():
     """A member that acknowledges the Prefreshview but has delivered more than `max_lag` gseqs less than the
     leader is dropped like a silent one; one within the lag stays."""
-    leader, m1, s2, s3 = cores(max_lag=2, view_period_s=1.0, ack_timeout_s=0.5, ack_defer_s=0.1)
+    leader, m1, s2, s3 = cores(max_lag=2, view_period_s=1.0, ack_timeout_s=0.5, ack_defer_s=0.1,
+                               ack_wait="timeout")
     for lseq in range(1, 6):
         leader.receive(GseqReq(2, lseq, b""), 0.1)                # gseqs 1..5 at the leader
     out = leader.tick(1.0)
@@ -222,6 +223,34 @@ def test_view_change_drops_a_member_too_far_behind():
     assert decided["dropped"] == [1] and decided["members"] == 3 and decided["gseq"] == 6
     assert [f["dropped"] for f in fields(out, "view_installed")] == [[1]]
     assert sends(out, GseqAck) == [(3, GseqAck(0, 1, 7, 1))]    # the held request, ordered after the Newview
+
+
+def test_view_change_ends_at_the_last_ack_or_at_the_timeout():
+    """ack_wait all (the default): the leader decides when the last member of the view acknowledges (duration =
+    that moment - the Prefreshview), not at the timeout; with one member silent it waits the whole timeout and
+    drops it; ack_wait timeout always waits the timeout."""
+    leader, *_ = cores(view_period_s=1.0, ack_timeout_s=0.5, ack_defer_s=0.1)
+    leader.tick(1.0)
+    assert not fields(leader.receive(AckPrefresh(1, 1, 0), 1.05), "view_change_decided")
+    assert not fields(leader.receive(AckPrefresh(2, 1, 0), 1.10), "view_change_decided")
+    (decided,) = fields(leader.receive(AckPrefresh(3, 1, 0), 1.125), "view_change_decided")
+    assert decided["dropped"] == [] and decided["acks"] == 3 and decided["duration_s"] == pytest.approx(0.125)
+    assert not fields(leader.tick(1.5), "view_change_decided")                # nothing left at the timeout
+
+    leader, *_ = cores(view_period_s=1.0, ack_timeout_s=0.5, ack_defer_s=0.1)
+    leader.tick(1.0)
+    leader.receive(AckPrefresh(1, 1, 0), 1.05)
+    leader.receive(AckPrefresh(3, 1, 0), 1.10)                               # member 2 silent
+    assert not fields(leader.tick(1.49), "view_change_decided")
+    (decided,) = fields(leader.tick(1.5), "view_change_decided")
+    assert decided["dropped"] == [2] and decided["duration_s"] == pytest.approx(0.5)
+
+    leader, *_ = cores(view_period_s=1.0, ack_timeout_s=0.5, ack_defer_s=0.1, ack_wait="timeout")
+    leader.tick(1.0)
+    for j in (1, 2, 3):
+        assert not fields(leader.receive(AckPrefresh(j, 1, 0), 1.0 + j / 100), "view_change_decided")
+    (decided,) = fields(leader.tick(1.5), "view_change_decided")
+    assert decided["dropped"] == [] and decided["duration_s"] == pytest.approx(0.5)
 
 
 def test_decoders_never_raise_anything_but_decode_errors():

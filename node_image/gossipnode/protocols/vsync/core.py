@@ -18,7 +18,8 @@ answering is dropped at the next view change like any member; the leader's failu
 - View changes (Figure 8): every `view_period_s` the leader disseminates a Prefreshview (Pbcast stream 1,
   seq = the next view number) and holds new Gseq Reqs. Members answer with an AckPrefreshview carrying their
   delivered gseq, each deferred by a random time up to `ack_defer_s`; a member's repair sub-protocol is blocked
-  from the Prefreshview until the Newview arrives. After `ack_timeout_s` the leader keeps the members that
+  from the Prefreshview until the Newview arrives. Once every member of the view has acknowledged (`ack_wait:
+  all`, the default), or after `ack_timeout_s` (always, with `ack_wait: timeout`), the leader keeps the members that
   acknowledged and are at most `max_lag` gseqs behind it, gives the Newview the next gseq (so views are totally
   ordered with the multicasts) and disseminates it by Pbcast; the held requests are then ordered. A member
   installs the view when it delivers the Newview (`view_installed`); a member left out logs `dropped` and stops.
@@ -245,6 +246,8 @@ class VsyncNode(Core):
                 raise BadMessage(f"an AckPrefreshview to {self.me}, not the leader")
             if self.changing and msg.view == self.vc_view:
                 self.acks[msg.sender] = msg.delivered
+                if self.p.ack_wait == "all" and all(j in self.acks for j in self.view_members):
+                    self._decide_view(now, out)
         return out
 
     # ---- the Vsync layer: items and in-order delivery --------------------------------------------------------

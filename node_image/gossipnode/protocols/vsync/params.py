@@ -22,6 +22,11 @@ class VsyncParams(PbcastParams):
     repair_batch: int = Field(default=64, ge=1, description="items one REPAIR_REQ asks for and one answer carries")
     view_period_s: float = Field(default=20.0, gt=0, description="the leader starts a view change this often")
     ack_timeout_s: float = Field(default=1.0, gt=0, description="the leader waits this long for AckPrefreshviews")
+    ack_wait: Literal["all", "timeout"] = Field(
+        default="all", description="all: the leader decides the view once every member of the view has "
+                                   "acknowledged, or at ack_timeout_s (§6.2: the 1 s is the extra time when a member "
+                                   "drops out; Figure 10b's duration grows with the group); timeout: it always waits "
+                                   "ack_timeout_s (§5.2's \"waits some time for these acknowledgements (1 s)\")")
     ack_defer_s: float = Field(default=0.5, ge=0, description="members defer their AckPrefreshview by a random "
                                                               "time up to this (against an ack implosion)")
     max_lag: int = Field(default=2000, ge=0, description="a member whose acknowledged delivery is more than "
