@@ -1,7 +1,10 @@
 """The QSM paper's Figure 9 (multicast rate against the number of nodes), Figures 12-13 (throughput against the
 partition size R), Figure 17-18 (the rate over time and its variability) and Figures 19-20 (recovery and ACK
 latency against the number of nodes, under loss) from runs of topologies/qsm-fig9.yaml (seed 004 §3;
-docs/reproduction-qsm.md).
+docs/reproduction-qsm.md); Figure 1 (the rate against the number of groups, all on the same members, one sender
+round robin: topologies/qsm-fig1.yaml), Figure 15 (throughput and recovery against the token rate:
+topologies/qsm-fig15-sweep.yaml) and Figure 16 (total throughput against the number of senders with fair
+sharing: topologies/qsm-fig16.yaml).
 
 Per run, from the event logs in plain Python (a Spark pass per run costs minutes on this 2-core machine;
 tests/analysis/test_figures_qsm.py checks the shared definitions against the qsm plug-in's on one log):
@@ -22,14 +25,23 @@ tests/analysis/test_figures_qsm.py checks the shared definitions against the qsm
   packet) and `cpu_us_per_receipt` over the receipts logged; `delayline_cpu_s` from tc/delayline.json; and
   `ceiling_2cores`, the packets/s two idle cores would carry at that cost (2 / (node + delay line CPU seconds per
   packet)) — a derived number, the load-independent form of the rate.
+- **groups and senders** (Figures 1, 16): `groups` (G, the experiment's QSM groups) and `n_senders` (S, its
+  workload senders) are part of the point. Per sender and per group, the data messages sent per second in the
+  steady window (`sender_throughput`, `group_throughput`; they add up to `throughput`), `throughput_per_sender` /
+  `throughput_per_group` (the total over S or G), and the fairness of the split: **Jain's index**
+  (Σx)² / (n Σx²) over the S senders (`sender_jain`; a configured sender that sent nothing counts 0) and over the
+  G groups (`group_jain`): 1 when all are equal, 1/n when one has everything; `sender_share_min`, the smallest
+  sender's fraction of the total (1/S when fair).
 - diagnostics: the sender's skipped timer steps (`steps_skipped`: it could not send as fast as its rate), the
   token rounds, the load average during the run (`--load`, a `unix-time load1 load5 load15` log).
 
     .venv/bin/python -m analysis.figures_qsm SWEEP_OR_RUN_DIR [...] --out docs/results/qsm-fig9 [--load LOG] [--cpu LOG]
 
-Writes runs.csv (one row per run), summary.csv / summary.json (per point (members, R, loss, token): mean, 95 % CI
-half-width (Student t), n), rate_series.csv, tables.md and fig9_rate_vs_nodes.png, fig12_13_rate_vs_R.png,
-fig17_rate_over_time.png, fig19_recovery.png, fig20_ack_latency.png (those with data).
+Writes runs.csv (one row per run), summary.csv / summary.json (per point (members, G, S, R, loss, token, shaper):
+mean, 95 % CI half-width (Student t), n), rate_series.csv, shares.csv (each run's per-sender and per-group
+throughput and share), tables.md and fig9_rate_vs_nodes.png, fig12_13_rate_vs_R.png, fig17_rate_over_time.png,
+fig19_recovery.png, fig20_ack_latency.png, fig1_rate_vs_groups.png, fig15_token_rate.png, fig16_senders.png (those
+with data).
 """
 from __future__ import annotations
 
@@ -48,11 +60,16 @@ from analysis.runlogs import write_csv as _write_csv
 VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
           "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
           "ack_latency_s", "ack_latency_rounds", "steps_skipped", "token_rounds", "load_mean", "node_cpu_s",
-          "cpu_us_per_packet", "cpu_us_per_receipt", "delayline_cpu_s", "ceiling_2cores")
+          "cpu_us_per_packet", "cpu_us_per_receipt", "delayline_cpu_s", "ceiling_2cores", "throughput_per_group",
+          "group_jain", "throughput_per_sender", "sender_jain", "sender_share_min")
 # the paper's numbers, read from its text (seed 004 §3.2-3.10); Figure 9's two ends are in the text, the rest of
 # its curve and Figures 12, 13, 19, 20 only as plots (not in the seed's text)
+# Figure 1's text gives only JGroups' aggregate throughput relative to one group ("decreases ... by 6% with 2
+# groups, 20% with 32 groups and almost 60% with 256 groups"; QSM's curve is a plot); Figure 16's: "with 10
+# senders it is still at 80% of its original value", and two senders "can actually multicast faster"
 PAPER = {"fig9": {1: 9850, 71: 6500}, "fig12_r5_over_r25": 1.2, "recovery_rounds": 2.5,
-         "ack_rounds_small": 1.0, "ack_rounds_large": 3.5}
+         "ack_rounds_small": 1.0, "ack_rounds_large": 3.5,
+         "fig1_jgroups_relative": {1: 1.0, 2: 0.94, 32: 0.80, 256: 0.40}, "fig16_10_senders_relative": 0.8}
 
 
 def seconds(v: Any) -> float | None:
@@ -85,6 +102,18 @@ def group_members(params: dict, members: list[str], ids: dict[str, int]) -> dict
         ms = members if spec == "all" else [by_id.get(m) if isinstance(m, int) else m for m in spec]
         out[g["name"]] = {m for m in ms if m in members}
     return out
+
+
+def jain(xs: list[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n Σx²) of the shares `xs`: 1 when all are equal, 1/n when one has all; None
+    for no values or all zero."""
+    sq = sum(x * x for x in xs)
+    return sum(xs) ** 2 / (len(xs) * sq) if xs and sq > 0 else None
+
+
+def window_rates(ts_by_key: dict[str, list[float]], start: float, end: float) -> dict[str, float]:
+    """key -> its timestamps in [start, end] per second (the steady window; `end` > `start`)."""
+    return {k: sum(1 for t in ts if start <= t <= end) / (end - start) for k, ts in ts_by_key.items()}
 
 
 def rate_samples(send_ts: list[float]) -> list[tuple[int, int]]:
@@ -127,7 +156,12 @@ def run_metrics(manifest: dict, events: list[dict]) -> dict[str, Any]:
             skipped += int(e.get("missed") or 0)
         elif ev == "token_round":
             rounds += 1
-    out: dict[str, Any] = {"members": len(members), "R": params.get("partition_size", 5),
+    wl_senders = (spec.get("workload") or {}).get("senders")
+    configured = [s for s in wl_senders if isinstance(s, str)] if isinstance(wl_senders, list) else []
+    out: dict[str, Any] = {"members": len(members), "groups": len(params.get("groups") or []) or None,
+                           "n_senders": (len(wl_senders) if isinstance(wl_senders, list) else wl_senders
+                                         if isinstance(wl_senders, int) else None) or len(sent),
+                           "R": params.get("partition_size", 5),
                            "loss": percent((spec.get("links") or {}).get("loss")), "token_s": token_s,
                            "growth": params.get("growth"), "rate_initial": (spec.get("workload") or {}).get(
                                "rate_per_s"), "senders": sorted(sent), "steps_skipped": skipped,
@@ -148,6 +182,15 @@ def run_metrics(manifest: dict, events: list[dict]) -> dict[str, Any]:
         window = last - mid
         out["throughput_all"] = (len(all_ts) - 1) / (last - first)
         out["throughput"] = sum(1 for t in all_ts if t >= mid) / window if window > 0 else None
+        by_sender = {s: [] for s in configured}
+        by_group: dict[str, list[float]] = {g: [] for g in groups}
+        for origin, msgs in sent.items():
+            by_sender.setdefault(origin, []).extend(t for t, _, _ in msgs)
+            for t, _, g in msgs:
+                by_group.setdefault(g, []).append(t)
+        if window > 0:
+            out["sender_throughput"] = window_rates(by_sender, mid, last)
+            out["group_throughput"] = window_rates(by_group, mid, last)
         rx = [sum(1 for t in ts if mid <= t <= last) / window for m, ts in received.items() if m not in sent]
         out["delivered_min"] = min(rx) if rx and window > 0 else None
         out["delivered_mean"] = statistics.fmean(rx) if rx and window > 0 else None
@@ -160,6 +203,12 @@ def run_metrics(manifest: dict, events: list[dict]) -> dict[str, Any]:
     else:
         out.update(throughput_all=None, throughput=None, delivered_min=None, delivered_mean=None, rate_series=[],
                    rate_std=None, rate_cv=None)
+    st, gt, tp = out.get("sender_throughput") or {}, out.get("group_throughput") or {}, out["throughput"]
+    out["sender_throughput"], out["group_throughput"] = st, gt
+    out["sender_jain"], out["group_jain"] = jain(list(st.values())), jain(list(gt.values()))
+    out["sender_share_min"] = min(st.values()) / tp if st and tp else None
+    out["throughput_per_sender"] = tp / out["n_senders"] if tp is not None and out["n_senders"] else None
+    out["throughput_per_group"] = tp / out["groups"] if tp is not None and out["groups"] else None
     rates = [e for e in events if e.get("event") == "rate_changed" and e["ts"] <= (all_ts[-1] if all_ts else 0)]
     out["rate_final"] = rates[-1]["rate"] if rates else None
     receipts = sum(len(v) for v in received.values())
@@ -246,11 +295,11 @@ def marginal_ceiling(model: dict, members: int, cores: float = 2.0) -> float | N
 
 # --- aggregation (pure) -------------------------------------------------------------------------------------------
 
-POINT = ("members", "R", "loss", "token_s", "shaper")
+POINT = ("members", "groups", "n_senders", "R", "loss", "token_s", "shaper")
 
 
 def aggregate(runs: list[dict]) -> list[dict]:
-    """Per point (members, R, loss, token, shaper): n runs; per value its mean, 95 % CI half-width, n."""
+    """Per point (members, G, S, R, loss, token, shaper): n runs; per value its mean, 95 % CI half-width, n."""
     from analysis.sweep import mean_ci
 
     groups: dict[tuple, list[dict]] = {}
@@ -278,8 +327,14 @@ def _line(ax, rows, x, key, label, marker="o", color=None):
                     marker=marker, capsize=3, label=label, color=color)
 
 
+def _one_group_one_sender(r: dict) -> bool:
+    """The Figure 9-20 setting: one group, one sender, the token every second (Figures 1, 15, 16 vary these)."""
+    return r.get("groups") in (1, None) and r.get("n_senders") in (1, None) and r.get("token_s") == 1.0
+
+
 def fig9(agg: list[dict], path: Path, model: dict | None = None) -> None:
-    rows = [r for r in agg if r["loss"] == 0 and r["R"] == 5 and r["shaper"] == "delayline"]
+    rows = [r for r in agg if r["loss"] == 0 and r["R"] == 5 and r["shaper"] == "delayline"
+            and _one_group_one_sender(r)]
     if not rows:
         return
     plt = _plt()
@@ -318,7 +373,7 @@ def fig9(agg: list[dict], path: Path, model: dict | None = None) -> None:
 
 
 def fig12_13(agg: list[dict], path: Path) -> None:
-    rows = [r for r in agg if r["shaper"] == "delayline"]
+    rows = [r for r in agg if r["shaper"] == "delayline" and _one_group_one_sender(r)]
     series = sorted({(r["members"], r["loss"]) for r in rows
                      if sum(1 for x in rows if (x["members"], x["loss"]) == (r["members"], r["loss"])) >= 3})
     if not series:
@@ -346,7 +401,7 @@ def fig12_13(agg: list[dict], path: Path) -> None:
 
 def fig_latency(agg: list[dict], keys: tuple[str, str], ylabel: str, title: str, path: Path,
                 paper: list[tuple[str, float]] = ()) -> None:
-    rows = [r for r in agg if r["shaper"] == "delayline"]
+    rows = [r for r in agg if r["shaper"] == "delayline" and _one_group_one_sender(r)]
     if not any(r["loss"] > 0 for r in rows):
         return
     plt = _plt()
@@ -372,7 +427,7 @@ def fig_latency(agg: list[dict], keys: tuple[str, str], ylabel: str, title: str,
 
 
 def fig17(runs: list[dict], path: Path) -> None:
-    rows = [r for r in runs if r["loss"] == 0 and r["R"] == 5 and r.get("rate_series")]
+    rows = [r for r in runs if r["loss"] == 0 and r["R"] == 5 and r.get("rate_series") and _one_group_one_sender(r)]
     if not rows:
         return
     plt = _plt()
@@ -391,6 +446,133 @@ def fig17(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def series_over(rows: list[dict], x: str) -> dict[tuple, list[dict]]:
+    """The rows split into series by every point key but `x` (and the shaper kept), each with at least two
+    distinct `x` values: what one line of a figure over `x` draws. Pure."""
+    rest = [k for k in POINT if k != x]
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        out.setdefault(tuple(r.get(k) for k in rest), []).append(r)
+    return {k: sorted(v, key=lambda r: r[x]) for k, v in out.items() if len({r[x] for r in v}) >= 2}
+
+
+def _label(key: tuple, x: str, show: tuple[str, ...]) -> str:
+    d = dict(zip([k for k in POINT if k != x], key))
+    names = {"members": "members", "groups": "G", "n_senders": "S", "R": "R", "token_s": "token s"}
+    parts = [f"{names[k]} {d[k]}" for k in show if k in d]
+    return ", ".join(parts + [f"loss {d['loss']:.1%}" if d.get("loss") else "no loss"])
+
+
+def fig1(agg: list[dict], path: Path) -> None:
+    """Figure 1: total throughput (all groups) and the slowest member's receive rate against G; right: relative to
+    each series' smallest G, with JGroups' numbers from the paper's text."""
+    series = series_over([r for r in agg if r.get("n_senders") == 1 and r.get("groups")], "groups")
+    if not series:
+        return
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (key, rows) in enumerate(sorted(series.items(), key=lambda kv: str(kv[0]))):
+        label = _label(key, "groups", ("members", "R"))
+        _line(a1, rows, "groups", "throughput", f"sent, all groups ({label})", color=f"C{i}")
+        _line(a1, rows, "groups", "delivered_min", f"received, slowest member ({label})", marker="s", color=f"C{i}")
+        ours = [r for r in rows if r.get("throughput")]
+        if ours:
+            a2.plot([r["groups"] for r in ours], [r["throughput"] / ours[0]["throughput"] for r in ours], "o-",
+                    color=f"C{i}", label=f"here: sent / sent at G = {ours[0]['groups']} ({label})")
+    p = PAPER["fig1_jgroups_relative"]
+    a2.plot(list(p), list(p.values()), "s--", color="grey", label="JGroups (paper's text): -6 % at 2, -20 % at 32, "
+                                                                 "-60 % at 256")
+    a1.set_ylabel("packets/s (steady half)")
+    a2.set_ylabel("total rate relative to the smallest G")
+    a2.set_xscale("log", base=2)
+    a2.set_ylim(0, 1.6)
+    for ax in (a1, a2):
+        ax.set_xlabel("groups G (all on the same members, one sender round robin)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Figure 1 here: multicast rate vs the number of groups", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fig15(agg: list[dict], path: Path) -> None:
+    """Figure 15: throughput (left) and mean recovery latency (right, seconds; token rounds in the legend's twin
+    axis) against the token rate 1 / token interval."""
+    rows = [dict(r, token_per_s=1.0 / r["token_s"]) for r in agg if r.get("token_s")]
+    series = series_over(rows, "token_s")
+    if not series:
+        return
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (key, rs) in enumerate(sorted(series.items(), key=lambda kv: str(kv[0]))):
+        label = _label(key, "token_s", ("members", "groups", "n_senders"))
+        _line(a1, rs, "token_per_s", "throughput", f"sent ({label})", color=f"C{i}")
+        _line(a1, rs, "token_per_s", "delivered_min", f"received, slowest ({label})", marker="s", color=f"C{i}")
+        _line(a2, rs, "token_per_s", "recovery_latency_s", f"recovery latency, s ({label})", color=f"C{i}")
+        _line(a2, rs, "token_per_s", "recovery_latency_rounds", f"recovery latency, token rounds ({label})",
+              marker="^", color=f"C{i}")
+    a1.set_ylabel("packets/s (steady half)")
+    a2.set_ylabel("mean recovery latency (s, or token rounds)")
+    for ax in (a1, a2):
+        ax.set_xlabel("tokens per second (1 / token interval)")
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Figure 15 here: throughput and recovery vs the token rate", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fig16(agg: list[dict], runs: list[dict], path: Path) -> None:
+    """Figure 16: total throughput against S (left), each run's per-sender throughput (middle) and Jain's index
+    over the senders (right: point means, each run a dot)."""
+    series = series_over([r for r in agg if r.get("groups") == 1 and r.get("n_senders")], "n_senders")
+    if not series:
+        return
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    rest = [k for k in POINT if k != "n_senders"]
+    for i, (key, rows) in enumerate(sorted(series.items(), key=lambda kv: str(kv[0]))):
+        label = _label(key, "n_senders", ("members", "R"))
+        _line(axes[0], rows, "n_senders", "throughput", f"sent, all senders ({label})", color=f"C{i}")
+        _line(axes[0], rows, "n_senders", "delivered_min", f"received, slowest ({label})", marker="s",
+              color=f"C{i}")
+        _line(axes[2], rows, "n_senders", "sender_jain", label, color=f"C{i}")
+        mine = [r for r in runs if tuple(r.get(k) for k in rest) == key]
+        for j, r in enumerate(mine):
+            xs = [r["n_senders"] + 0.04 * (j - len(mine) / 2)] * len(r.get("sender_throughput") or {})
+            axes[1].plot(xs, list((r.get("sender_throughput") or {}).values()), ".", color=f"C{i}",
+                         label=f"one sender in one run ({label})" if j == 0 else None)
+            if r.get("sender_jain") is not None:
+                axes[2].plot([xs[0] if xs else r["n_senders"]], [r["sender_jain"]], ".", color=f"C{i}", alpha=0.5)
+    for ax, yl in zip(axes, ("packets/s (steady half)", "each sender's packets/s", "Jain's index over the senders")):
+        ax.set_xlabel("senders S (one group of every member)")
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[2].set_ylim(0, 1.05)
+    fig.suptitle("Figure 16 here: total throughput and fair sharing vs the number of senders", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def share_rows(runs: list[dict]) -> list[dict]:
+    """One row per run and sender, and per run and group: its steady-window packets/s and its fraction of the run's
+    total (shares.csv: the numbers fig16's middle panel draws). Pure."""
+    out = []
+    for r in runs:
+        total = r.get("throughput")
+        for kind, field in (("sender", "sender_throughput"), ("group", "group_throughput")):
+            for who, v in (r.get(field) or {}).items():
+                out.append({"run": Path(r.get("run_dir") or "").name, "members": r.get("members"),
+                            "groups": r.get("groups"), "n_senders": r.get("n_senders"), "seed": r.get("seed"),
+                            "kind": kind, "who": who, "throughput": v, "share": v / total if total else None})
+    return out
+
+
 # --- CLI ----------------------------------------------------------------------------------------------------------
 
 def _f(v: Any, nd: int = 3) -> str:
@@ -406,13 +588,14 @@ def markdown_tables(agg: list[dict]) -> str:
             ("rate_cv", "rate cv"), ("recovery_rate", "recovery rate"), ("recovery_latency_s", "recovery s"),
             ("recovery_latency_rounds", "recovery rounds"), ("ack_latency_s", "ACK s"),
             ("ack_latency_rounds", "ACK rounds"), ("cpu_us_per_packet", "node CPU us/packet"),
-            ("ceiling_2cores", "2-core ceiling/s"), ("load_mean", "load")]
-    out = ["| members | R | loss | token s | shaper | runs | " + " | ".join(c for _, c in cols) + " |",
-           "|---|---|---|---|---|---|" + "---|" * len(cols)]
+            ("ceiling_2cores", "2-core ceiling/s"), ("sender_jain", "Jain senders"), ("group_jain", "Jain groups"),
+            ("load_mean", "load")]
+    out = ["| members | G | S | R | loss | token s | shaper | runs | " + " | ".join(c for _, c in cols) + " |",
+           "|---|---|---|---|---|---|---|---|" + "---|" * len(cols)]
     for r in agg:
         cells = [f"{_f(r[k])} ± {_f(r[k + '_ci95'], 2)}" if r.get(k + "_ci95") else _f(r[k]) for k, _ in cols]
-        out.append(f"| {r['members']} | {r['R']} | {r['loss']:.1%} | {_f(r['token_s'])} | {r['shaper']} | "
-                   f"{r['runs']} | " + " | ".join(cells) + " |")
+        out.append(f"| {r['members']} | {_f(r.get('groups'))} | {_f(r.get('n_senders'))} | {r['R']} | "
+                   f"{r['loss']:.1%} | {_f(r['token_s'])} | {r['shaper']} | {r['runs']} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -433,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     _write_csv(a.out / "rate_series.csv", [{"run": Path(r["run_dir"]).name, "members": r["members"], "R": r["R"],
                                             "loss": r["loss"], "seed": r["seed"], "series": r["rate_series"]}
                                            for r in runs])
+    _write_csv(a.out / "shares.csv", share_rows(runs))
     _write_csv(a.out / "summary.csv", agg)
     model = cost_model(runs)
     if model:
@@ -452,6 +636,9 @@ def main(argv: list[str] | None = None) -> int:
     fig_latency(agg, ("ack_latency_rounds", "ack_latency_s"), "ACK latency (token rounds)",
                 "Figure 20 here: ACK latency vs members", a.out / "fig20_ack_latency.png",
                 [("paper: ~1 round (small)", 1.0), ("paper: 3.5 rounds (large)", 3.5)])
+    fig1(agg, a.out / "fig1_rate_vs_groups.png")
+    fig15(agg, a.out / "fig15_token_rate.png")
+    fig16(agg, runs, a.out / "fig16_senders.png")
     print(markdown_tables(agg))
     return 0
 

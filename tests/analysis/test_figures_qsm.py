@@ -53,6 +53,10 @@ def log() -> list[dict]:
 def test_run_metrics_by_hand():
     r = fq.run_metrics(manifest(loss="1%"), log())
     assert (r["members"], r["R"], r["loss"], r["token_s"]) == (3, 2, pytest.approx(0.01), 0.5)
+    # one group; the workload names no senders: S = the one that sent
+    assert (r["groups"], r["n_senders"]) == (1, 1)
+    assert r["sender_throughput"] == {"h0": pytest.approx(4 / 2.2)} and r["sender_jain"] == pytest.approx(1.0)
+    assert r["group_throughput"] == {"a": pytest.approx(4 / 2.2)} and r["throughput_per_group"] == r["throughput"]
     assert r["messages"] == 9
     assert r["throughput_all"] == pytest.approx(8 / 4.4)            # the plug-in's (n - 1) / span
     assert r["throughput"] == pytest.approx(4 / 2.2)                # steady half: 2.7 .. 4.9
@@ -109,7 +113,7 @@ def test_aggregate_mean_and_student_t_interval():
     assert agg[0]["throughput"] == pytest.approx(110.0)
     assert agg[0]["throughput_ci95"] == pytest.approx(4.303 * 10 / 3 ** 0.5, rel=1e-3)
     assert agg[0]["throughput_n"] == 3 and agg[0]["recovery_rate_n"] == 0
-    assert "| 8 | 5 | 0.0% |" in fq.markdown_tables(agg)
+    assert "| 8 | - | - | 5 | 0.0% |" in fq.markdown_tables(agg)
 
 
 def test_analyse_run_reads_a_run_directory(tmp_path):
@@ -155,3 +159,104 @@ def test_the_same_numbers_as_the_spark_plugin(spark):
         sum(r["latency_mean_s"] * r["recovered"] for r in rec) / sum(r["recovered"] for r in rec))
     (ack,) = qsm.ack_latency(df).collect()
     assert ours["ack_latency_s"] == pytest.approx(ack["latency_mean_s"])
+
+
+# --- Figures 1, 15, 16 ----------------------------------------------------------------------------------------------
+
+def test_jain_by_hand():
+    assert fq.jain([1.0, 1.0]) == pytest.approx(1.0)
+    assert fq.jain([3.0, 1.0]) == pytest.approx(16 / (2 * 10))            # (3 + 1)^2 / (2 (9 + 1)) = 0.8
+    assert fq.jain([2.0, 0.0, 0.0]) == pytest.approx(1 / 3)               # one has all: 1/n
+    assert fq.jain([]) is None and fq.jain([0.0, 0.0]) is None
+
+
+def two_senders_log() -> tuple[dict, list[dict]]:
+    """Figure 16 shape: h0 and h1 both send into group a (h0, h1, h2). h0 at t = 1, 2, 3, 4, 5 (seq 1-5), h1 at
+    1.5, 3.5, 4.5 (seq 1-3); each other member receives each message 10 ms later, but h2 misses h1's seq 3."""
+    m = manifest()
+    m["spec"]["workload"]["senders"] = ["h0", "h1"]
+    out = [e(f"h{i}", "node_started", 0.0, id=i) for i in range(3)]
+    for node, nid, times in (("h0", 0, (1.0, 2.0, 3.0, 4.0, 5.0)), ("h1", 1, (1.5, 3.5, 4.5))):
+        for seq, t in enumerate(times, 1):
+            out.append(e(node, "data_sent", t, seq=seq, group_name="a"))
+            for rx in ("h0", "h1", "h2"):
+                if rx != node and not (rx == "h2" and node == "h1" and seq == 3):
+                    out.append(e(rx, "data_received", t + 0.01, origin=nid, seq=seq))
+    return m, out
+
+
+def test_senders_shares_by_hand():
+    r = fq.run_metrics(*two_senders_log())
+    # all sends 1.0 .. 5.0: steady half [3.0, 5.0], 2 s: h0 3.0, 4.0, 5.0 -> 1.5/s; h1 3.5, 4.5 -> 1.0/s; total 2.5
+    assert (r["groups"], r["n_senders"]) == (1, 2)
+    assert r["throughput"] == pytest.approx(2.5)
+    assert r["sender_throughput"] == {"h0": pytest.approx(1.5), "h1": pytest.approx(1.0)}
+    assert r["sender_jain"] == pytest.approx(2.5 ** 2 / (2 * (1.5 ** 2 + 1.0 ** 2)))   # 6.25 / 6.5 = 0.9615
+    assert r["sender_share_min"] == pytest.approx(0.4) and r["throughput_per_sender"] == pytest.approx(1.25)
+    assert r["delivery"] == pytest.approx(15 / 16)            # h0's 5 to 2 members, h1's 3 to 2, one missing
+    # the only non-sender h2 in [3.0, 5.0]: 3.01, 3.51, 4.01 (4.51 missed, 5.01 after the window) -> 1.5/s
+    assert r["delivered_min"] == pytest.approx(1.5)
+
+
+def test_a_configured_sender_that_sent_nothing_counts_zero():
+    m, events = two_senders_log()
+    m["spec"]["workload"]["senders"] = ["h0", "h1", "h2"]     # h2 configured, never sends
+    r = fq.run_metrics(m, events)
+    assert r["n_senders"] == 3 and r["sender_throughput"]["h2"] == 0.0
+    assert r["sender_jain"] == pytest.approx(6.25 / (3 * 3.25)) and r["sender_share_min"] == 0.0
+
+
+def test_groups_round_robin_by_hand():
+    """Figure 1 shape: h0 sends seq 1-5 at t = 1..5 into a, b, a, b, a; groups a, b, c all of h0, h1 (c gets
+    nothing). Steady half [3, 5]: a 3.0, 5.0 -> 1.0/s, b 4.0 -> 0.5/s, c 0."""
+    m = manifest()
+    m["spec"]["protocol"]["qsm"]["groups"] = [{"name": g, "members": "all"} for g in ("a", "b", "c")]
+    m["spec"]["workload"]["senders"] = ["h0"]
+    ev = [e("h0", "node_started", 0.0, id=0), e("h1", "node_started", 0.0, id=1)]
+    for seq, g in enumerate("ababa", 1):
+        ev += [e("h0", "data_sent", float(seq), seq=seq, group_name=g),
+               e("h1", "data_received", seq + 0.01, origin=0, seq=seq)]
+    r = fq.run_metrics(m, ev)
+    assert (r["groups"], r["n_senders"]) == (3, 1)
+    assert r["throughput"] == pytest.approx(1.5) and r["throughput_per_group"] == pytest.approx(0.5)
+    assert r["group_throughput"] == {"a": pytest.approx(1.0), "b": pytest.approx(0.5), "c": 0.0}
+    assert r["group_jain"] == pytest.approx(1.5 ** 2 / (3 * 1.25))          # 2.25 / 3.75 = 0.6
+    assert r["delivery"] == 1.0
+
+
+def test_points_differ_by_groups_and_senders_and_series_follow_one_key():
+    base = {"members": 25, "R": 5, "loss": 0.0, "token_s": 1.0, "shaper": "delayline"}
+    runs = [dict(base, groups=g, n_senders=1, throughput=t) for g, t in ((1, 100.0), (1, 120.0), (4, 90.0))]
+    runs += [dict(base, groups=1, n_senders=2, throughput=130.0)]
+    agg = fq.aggregate(runs)
+    assert [(a["groups"], a["n_senders"], a["runs"], a["throughput"]) for a in agg] == [
+        (1, 1, 2, pytest.approx(110.0)), (1, 2, 1, 130.0), (4, 1, 1, 90.0)]
+    by_g = fq.series_over(agg, "groups")                    # G = 1, 4 at S = 1; S = 2 has one G only: no series
+    assert [[r["groups"] for r in rows] for rows in by_g.values()] == [[1, 4]]
+    by_s = fq.series_over(agg, "n_senders")
+    assert [[r["n_senders"] for r in rows] for rows in by_s.values()] == [[1, 2]]
+    assert "| 25 | 4 | 1 | 5 | 0.0% |" in fq.markdown_tables(agg)
+
+
+def test_share_rows():
+    r = dict(fq.run_metrics(*two_senders_log()), run_dir="/x/run-7", seed=3)
+    rows = fq.share_rows([r])
+    assert [(x["kind"], x["who"], x["throughput"], x["share"]) for x in rows] == [
+        ("sender", "h0", pytest.approx(1.5), pytest.approx(0.6)), ("sender", "h1", pytest.approx(1.0),
+                                                                     pytest.approx(0.4)),
+        ("group", "a", pytest.approx(2.5), pytest.approx(1.0))]
+    assert rows[0]["run"] == "run-7" and rows[0]["n_senders"] == 2
+
+
+def test_figures_1_15_16_are_drawn(tmp_path):
+    base = {"members": 25, "R": 5, "shaper": "delayline", "throughput": 100.0, "delivered_min": 90.0,
+            "recovery_latency_s": 1.5, "recovery_latency_rounds": 1.5, "sender_jain": 0.9}
+    runs = [dict(base, groups=g, n_senders=1, loss=0.0, token_s=1.0) for g in (1, 2, 4)]
+    runs += [dict(base, groups=1, n_senders=s, loss=0.0, token_s=1.0, sender_throughput={"h0": 50.0, "h1": 50.0})
+             for s in (2, 3)]
+    runs += [dict(base, groups=1, n_senders=1, loss=0.01, token_s=t) for t in (0.25, 0.5, 1.0, 2.0)]
+    agg = fq.aggregate(runs)
+    fq.fig1(agg, tmp_path / "f1.png")
+    fq.fig15(agg, tmp_path / "f15.png")
+    fq.fig16(agg, runs, tmp_path / "f16.png")
+    assert all((tmp_path / f).stat().st_size > 0 for f in ("f1.png", "f15.png", "f16.png"))
