@@ -26,7 +26,8 @@ Definitions (every event is one member's record; `data_sent`'s origin is the sen
   `node_started` but no `node_stopped`; survivors: the rest. Per message the sender sent, the fraction of the
   survivors (the sender excluded) with its `data_received`; a histogram in bins of 0.05 ([0, 0.05), ...,
   [0.95, 1.0], 1.0 in the last) over all messages and over those sent in the last second before the crash (the
-  first crash action's time).
+  first crash action's time). A crashed sender's log misses its last sends: the messages are every seq up to the
+  highest any member logged, one without `data_sent` timed by its first reception (`bimodal_run`).
 - **fig10** — vsync: the throughput at the unperturbed members (figures_pbcast.run_throughput: Figure 1's 500 ms
   windows, and per 1 s windows to the last send; the median over the members neither sender nor disturbed), the
   offered rate (the spec's `workload.rate_per_s`) and the sender's measured rate, the sends refused (the
@@ -196,10 +197,18 @@ def split(fractions: list[float], hi: float = 0.95, lo: float = 0.05) -> dict[st
     return {"messages": len(fractions), "almost_all": a, "almost_none": z, "between": len(fractions) - a - z}
 
 
-def bimodal_run(events: list[dict], last_s: float = LAST_S) -> dict[str, Any]:
+def bimodal_run(events: list[dict], last_s: float = LAST_S, t0: float | None = None) -> dict[str, Any]:
     """One crash run's delivery distribution (see the module's docstring): `crashed`, `survivors`, `crash_ts`,
     `fractions` [(origin, seq, sent ts, fraction)], `hist_all`, `hist_last` (bin counts), and the split counts of
-    both (`messages`, `almost_all`, `almost_none`, `between`; `last_` the same over the last second)."""
+    both (`messages`, `almost_all`, `almost_none`, `between`; `last_` the same over the last second).
+
+    A crashed sender's log loses its unflushed tail (its last ~100 ms of `data_sent`), and those are the messages
+    the histogram is about. Seqs are consecutive per sender, so the messages are every seq from 1 to the highest
+    any member logged (sent or received): one without `data_sent` takes the time of its first `data_received`
+    anywhere (crashed members included), or, received by nobody, that of the message before it (`sent_unlogged`,
+    `sent_unseen` count them). A message sent after the last one anybody logged stays invisible.
+    The crash time: t0 + the action's `actual_s` (when it began) if `t0` (the manifest's t0_unix) is given, else
+    the record's `ts` (written after the action returned); the earliest crash action's."""
     m = members_of(events)
     nid = node_ids(m["ids"])
     crash_ts: float | None = None
@@ -207,25 +216,48 @@ def bimodal_run(events: list[dict], last_s: float = LAST_S) -> dict[str, Any]:
     for e in events:
         if e.get("event") == "action_applied" and e.get("action") == "crash":
             crashed.update(e.get("targets") or [])
-            crash_ts = float(e["ts"]) if crash_ts is None else min(crash_ts, float(e["ts"]))
+            at = t0 + float(e["actual_s"]) if t0 is not None and e.get("actual_s") is not None else float(e["ts"])
+            crash_ts = at if crash_ts is None else min(crash_ts, at)
     crashed |= m["started"] - set(m["stopped"])
     survivors = m["started"] - crashed
-    sent: dict[tuple[int, int], float] = {}
+    logged: dict[tuple[int, int], float] = {}
+    first: dict[tuple[int, int], float] = {}
     got: dict[tuple[int, int], set[str]] = {}
     for e in events:
         ev = e.get("event")
         if ev == "data_sent" and e.get("node") in nid:
-            sent.setdefault((nid[e["node"]], int(e["seq"])), float(e["ts"]))
-        elif ev == "data_received" and e.get("node") in survivors:
-            got.setdefault((int(e["origin"]), int(e["seq"])), set()).add(e["node"])
+            key = (nid[e["node"]], int(e["seq"]))
+            logged[key] = min(logged.get(key, math.inf), float(e["ts"]))
+        elif ev == "data_received":
+            key = (int(e["origin"]), int(e["seq"]))
+            first[key] = min(first.get(key, math.inf), float(e["ts"]))
+            if e.get("node") in survivors:
+                got.setdefault(key, set()).add(e["node"])
+    top: dict[int, int] = {}
+    for origin, seq in [*logged, *first]:
+        if origin in m["ids"]:
+            top[origin] = max(top.get(origin, 0), seq)
     rows = []
-    for (origin, seq), ts in sorted(sent.items()):
+    unlogged = unseen = 0
+    for origin in sorted(top):
         pool = survivors - {m["ids"][origin]}
-        if pool:
-            rows.append((origin, seq, ts, len(got.get((origin, seq), set()) & pool) / len(pool)))
+        ts = -math.inf
+        for seq in range(1, top[origin] + 1):
+            key = (origin, seq)
+            if key in logged:
+                ts = logged[key]
+            else:
+                unlogged += 1
+                if key in first:
+                    ts = first[key]
+                else:
+                    unseen += 1
+            if pool:
+                rows.append((origin, seq, ts, len(got.get(key, set()) & pool) / len(pool)))
     allf = [r[3] for r in rows]
     lastf = [r[3] for r in rows if crash_ts is not None and crash_ts - last_s <= r[2] < crash_ts]
     out: dict[str, Any] = {"crashed": sorted(crashed), "survivors": sorted(survivors), "crash_ts": crash_ts,
+                           "sent_unlogged": unlogged, "sent_unseen": unseen,
                            "fractions": rows, "hist_all": histogram(allf), "hist_last": histogram(lastf)}
     out.update(split(allf))
     out.update({f"last_{k}": v for k, v in split(lastf).items()})
@@ -297,7 +329,7 @@ def analyse_run(kind: str, run_dir: Path, load: list[tuple[float, float]] | None
         r = fig4_run(events)
         row.update({k: v for k, v in r.items() if k != "per_member"})
     elif kind == "bimodal":
-        r = bimodal_run(events)
+        r = bimodal_run(events, t0=manifest.get("t0_unix"))
         crash = [a.get("fraction") for a in spec.get("schedule") or [] if a.get("action") == "crash"
                  and a.get("fraction") is not None]
         row["crash_fraction"] = crash[0] if crash else None
@@ -317,7 +349,7 @@ VALUES = {
     "fig4": ("overhead", "overhead_max", "overhead_sender", "overhead_rest", "digest", "solicit", "repair",
              "repair_fraction", "delivery_ratio", "delivered_to_all", "multicasts", "load_mean"),
     "bimodal": ("messages", "almost_all", "almost_none", "between", "last_messages", "last_almost_all",
-                "last_almost_none", "last_between", "n_survivors", "load_mean"),
+                "last_almost_none", "last_between", "n_survivors", "sent_unlogged", "load_mean"),
     "fig10": ("throughput_1s", "throughput", "sent_per_s", "refused", "vc_mean_s", "vc_max_s", "vc_install_mean_s",
               "dropped_n", "load_mean"),
     "table2": ("own_mean_ms", "own_max_ms", "gseq_mean_ms", "gseq_max_ms", "throughput_1s", "throughput",

@@ -115,6 +115,25 @@ def test_bimodal_fractions_histograms_and_split_by_hand():
     assert (r["last_messages"], r["last_almost_all"], r["last_almost_none"], r["last_between"]) == (4, 1, 1, 2)
 
 
+def test_bimodal_counts_the_sends_a_crashed_sender_did_not_log():
+    """The sender's log loses seq 6's data_sent (received by the three survivors, first at 9.6); seq 8 is known only
+    from a crashed member's reception at 9.95; seq 7 from the gap (no record at all: sent at seq 6's time)."""
+    ev = [e for e in bimodal_log() if not (e["event"] == "data_sent" and e["seq"] == 6)]
+    ev.append(recv("h4", 8, ts=9.95))
+    r = fm.bimodal_run(ev)
+    assert [(s, t) for _, s, t, _ in r["fractions"][5:]] == [(6, 9.6), (7, 9.6), (8, 9.95)]
+    assert [f for *_, f in r["fractions"]] == pytest.approx([1, 1, 2 / 3, 1 / 3, 0, 1, 0, 0])
+    assert (r["sent_unlogged"], r["sent_unseen"]) == (3, 1)
+    # the last second [9.0, 10.0): seq 3-8 -> 2/3, 1/3, 0, 1, 0, 0
+    assert (r["last_messages"], r["last_almost_all"], r["last_almost_none"], r["last_between"]) == (6, 1, 3, 2)
+    # with t0 the crash is at t0 + actual_s = 0.3 + 9.5 = 9.8: [8.8, 9.8) holds seq 3-7
+    for e in ev:
+        if e["event"] == "action_applied":
+            e["actual_s"] = 9.5
+    r = fm.bimodal_run(ev, t0=0.3)
+    assert r["crash_ts"] == pytest.approx(9.8) and r["last_messages"] == 5 and r["last_almost_none"] == 2
+
+
 def test_histogram_bin_edges():
     h = fm.histogram([0.0, 0.049, 0.05, 0.15, 0.95, 1.0, 0.3])
     assert h[0] == 2 and h[1] == 1 and h[3] == 1 and h[6] == 1 and h[19] == 2 and sum(h) == 7
