@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_PORT = 7001
-GROUP_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+GROUP_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 MULTICAST = ipaddress.IPv4Network("224.0.0.0/4")
 LINK_LOCAL = ipaddress.IPv4Network("224.0.0.0/24")     # never forwarded by routers (IGMP, OSPF, ...)
 
@@ -40,7 +40,7 @@ class GroupSpec(Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if not GROUP_NAME_RE.match(v):
-            raise ValueError(f"group name {v!r} is invalid: 1-32 characters a-z, 0-9, '-', '_', starting with a "
+            raise ValueError(f"group name {v!r} is invalid: 1-64 characters a-z, 0-9, '-', '_', starting with a "
                              "letter")
         return v
 
