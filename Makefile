@@ -99,8 +99,22 @@ repro-hyparview: setup
 # pbcast's Figures 1 and 12 (docs/reproduction-pbcast.md) and QSM's Figures 9, 12-13, 19-20
 # (docs/reproduction-qsm.md): the commands those pages' numbers came from; resumable.
 repro-pbcast: setup
-	$(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1 --no-analyze
-	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1 --out $(REPRO_OUT)/results/pbcast-fig1
+	$(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1q --no-analyze --repetitions 2 \
+	  --only protocol=tradvsync --only p=0 --only p=0.1 --only p=0.3 --only p=0.5
+	$(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1q --no-analyze --repetitions 2 \
+	  --only protocol=vsync --only nodes=32 --only p=0 --only p=0.1 --only p=0.3 --only p=0.5
+	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1q --out $(REPRO_OUT)/results/pbcast-fig1q
+	$(ORCH) sweep topologies/pbcast-table2-sweep.yaml --out $(REPRO_OUT)/pbcast-table2 --no-analyze
+	$(PY) -m analysis.figures_pbcast_more table2 $(REPRO_OUT)/pbcast-table2 --out $(REPRO_OUT)/results/pbcast-table2
+	$(ORCH) sweep topologies/pbcast-fig4-sweep.yaml --out $(REPRO_OUT)/pbcast-fig4 --no-analyze
+	$(PY) -m analysis.figures_pbcast_more fig4 $(REPRO_OUT)/pbcast-fig4 --out $(REPRO_OUT)/results/pbcast-fig4
+	$(ORCH) sweep topologies/pbcast-fig10-sweep.yaml --out $(REPRO_OUT)/pbcast-fig10 --no-analyze
+	$(PY) -m analysis.figures_pbcast_more fig10 $(REPRO_OUT)/pbcast-fig10 --out $(REPRO_OUT)/results/pbcast-fig10
+	@set -e; for s in 1 2 3; do for v in none:2 none:0.5 mcast:2; do \
+	  ls -d $(REPRO_OUT)/pbcast-bimodal/bm-pb32-25-$${v%:*}-c$${v#*:}-s$$s-* >/dev/null 2>&1 || \
+	  $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$${v%:*} --set gc_c=$${v#*:} \
+	    --out $(REPRO_OUT)/pbcast-bimodal; done; done
+	$(PY) -m analysis.figures_pbcast_more bimodal $(REPRO_OUT)/pbcast-bimodal --out $(REPRO_OUT)/results/pbcast-bimodal
 
 repro-qsm: setup
 	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=4,8,12,16 --out $(REPRO_OUT)/qsm-fig9 --no-analyze
