@@ -270,6 +270,14 @@ def _stats_ms(xs: list[float]) -> tuple[float | None, float | None]:
     return (statistics.fmean(xs) * 1000, max(xs) * 1000) if xs else (None, None)
 
 
+def _quantile_ms(xs: list[float], q: float) -> float | None:
+    """The q-quantile (nearest rank) of latencies in seconds, in ms."""
+    if not xs:
+        return None
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, max(0, math.ceil(q * len(ys)) - 1))] * 1000
+
+
 def vsync_run(events: list[dict]) -> dict[str, Any]:
     """One vsync run's Figure 10 / Table 2 values (see the module's docstring): `throughput` (Figure 1's 500 ms
     windows), `throughput_1s`, `sent_per_s` (msgs/s), `refused` (send_blocked attempts), `refused_counter`, the
@@ -306,6 +314,7 @@ def vsync_run(events: list[dict]) -> dict[str, Any]:
             "vc_install_mean_s": _mean(installed), "vc_install_max_s": max(installed, default=None),
             "dropped": sorted(dropped), "dropped_n": len(dropped),
             "own_mean_ms": own_mean, "own_max_ms": own_max, "own_n": len(own),
+            "own_median_ms": _quantile_ms(own, 0.5), "own_p99_ms": _quantile_ms(own, 0.99),
             "gseq_mean_ms": g_mean, "gseq_max_ms": g_max}
 
 
@@ -333,18 +342,22 @@ def analyse_run(kind: str, run_dir: Path, load: list[tuple[float, float]] | None
         crash = [a.get("fraction") for a in spec.get("schedule") or [] if a.get("action") == "crash"
                  and a.get("fraction") is not None]
         row["crash_fraction"] = crash[0] if crash else None
+        row["phase"], row["gc_c"] = psec.get("first_phase"), psec.get("gc_c")
         row.update({k: v for k, v in r.items() if k != "fractions"})
         row["n_crashed"], row["n_survivors"] = len(r["crashed"]), len(r["survivors"])
     else:
-        row.update({"k": psec.get("k"), "buffer": psec.get("sender_buffer")})
+        row.update({"k": psec.get("k"), "buffer": psec.get("sender_buffer"), "ack_defer": psec.get("ack_defer"),
+                    "ack_wait": psec.get("ack_wait", "all")})
         row.update(vsync_run(events))
     return row
 
 
 # --- aggregation (pure) -------------------------------------------------------------------------------------------
 
-POINT = {"fig4": ("members", "offered_per_s", "loss"), "bimodal": ("members", "crash_fraction", "loss"),
-         "fig10": ("members", "offered_per_s", "buffer"), "table2": ("k", "offered_per_s", "buffer")}
+POINT = {"fig4": ("members", "offered_per_s", "loss"),
+         "bimodal": ("members", "crash_fraction", "loss", "phase", "gc_c"),
+         "fig10": ("members", "offered_per_s", "buffer", "ack_defer"),
+         "table2": ("k", "offered_per_s", "buffer", "ack_defer")}
 VALUES = {
     "fig4": ("overhead", "overhead_max", "overhead_sender", "overhead_rest", "digest", "solicit", "repair",
              "repair_fraction", "delivery_ratio", "delivered_to_all", "multicasts", "load_mean"),
@@ -352,7 +365,7 @@ VALUES = {
                 "last_almost_none", "last_between", "n_survivors", "sent_unlogged", "load_mean"),
     "fig10": ("throughput_1s", "throughput", "sent_per_s", "refused", "vc_mean_s", "vc_max_s", "vc_install_mean_s",
               "dropped_n", "load_mean"),
-    "table2": ("own_mean_ms", "own_max_ms", "gseq_mean_ms", "gseq_max_ms", "throughput_1s", "throughput",
+    "table2": ("own_mean_ms", "own_max_ms", "own_median_ms", "own_p99_ms", "gseq_mean_ms", "gseq_max_ms", "throughput_1s", "throughput",
                "sent_per_s", "refused", "vc_mean_s", "load_mean"),
 }
 
@@ -572,16 +585,17 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
                        + [_cell(a, k, "{:.3f}") for k in ("vc_mean_s", "vc_max_s", "vc_install_mean_s")]
                        + [_cell(a, "dropped_n", "{:.1f}"), _cell(a, "load_mean", "{:.1f}")] for a in agg])
     else:
-        out += _table(["k", "runs", "avg latency at the sender (ms)", "paper", "max latency at the sender (ms)",
-                       "paper", "largest over runs", "group throughput (msgs/s)", "paper",
-                       "Gseq Ack latency (ms), mean", "max", "sends refused"],
-                      [[str(a["k"]), str(a["runs"]), _cell(a, "own_mean_ms"),
+        out += _table(["k", "ack defer", "runs", "avg latency at the sender (ms)", "paper",
+                       "max latency at the sender (ms)", "paper", "largest over runs", "group throughput (msgs/s)",
+                       "paper", "median latency (ms)", "p99", "view change (s)", "sends refused"],
+                      [[str(a["k"]), _f(a.get("ack_defer")), str(a["runs"]), _cell(a, "own_mean_ms"),
                         _f(PAPER_TABLE2.get(a["k"], (None,) * 3)[0], "{:.2f}"), _cell(a, "own_max_ms"),
                         _f(PAPER_TABLE2.get(a["k"], (None,) * 3)[1], "{:.2f}"),
                         _f(a.get("own_max_ms_largest"), "{:.2f}"),
                         _cell(a, "throughput_1s"),
-                        _f(PAPER_TABLE2.get(a["k"], (None,) * 3)[2], "{:.2f}"), _cell(a, "gseq_mean_ms"),
-                        _cell(a, "gseq_max_ms"), _cell(a, "refused", "{:.1f}")] for a in agg])
+                        _f(PAPER_TABLE2.get(a["k"], (None,) * 3)[2], "{:.2f}"), _cell(a, "own_median_ms"),
+                        _cell(a, "own_p99_ms"), _cell(a, "vc_mean_s", "{:.3f}"), _cell(a, "refused", "{:.1f}")]
+                       for a in agg])
     return "\n".join(out)
 
 

@@ -180,6 +180,8 @@ def test_vsync_run_by_hand():
     assert r["vc_install_mean_s"] == pytest.approx(0.9) and r["vc_install_max_s"] == pytest.approx(1.2)
     assert r["dropped"] == ["h3"] and r["dropped_n"] == 1
     assert r["own_mean_ms"] == pytest.approx(3.0) and r["own_max_ms"] == pytest.approx(6.0) and r["own_n"] == 3
+    # nearest rank over 1, 2, 6 ms: the median is the 2nd (2 ms), the 99th percentile the 3rd (6 ms)
+    assert r["own_median_ms"] == pytest.approx(2.0) and r["own_p99_ms"] == pytest.approx(6.0)
     assert r["gseq_mean_ms"] == pytest.approx(1.0) and r["gseq_max_ms"] == pytest.approx(1.5)
 
 
@@ -194,7 +196,7 @@ def test_aggregate_student_t_and_tables():
     assert agg[1]["own_mean_ms_ci95"] == pytest.approx(12.706 * statistics.stdev([2.0, 3.0]) / 2 ** 0.5, rel=1e-3)
     assert agg[0]["own_mean_ms_ci95"] is None and agg[0]["throughput_1s_n"] == 0
     md = fm.markdown("table2", agg)
-    assert "| 2 | 2 | 2.50 ± 6.35 (2) | 1.68 |" in md and "192.09" in md
+    assert "| 2 | - | 2 | 2.50 ± 6.35 (2) | 1.68 |" in md and "192.09" in md
     b = fm.aggregate("bimodal", [{"members": 6, "crash_fraction": 0.25, "loss": "5%", "hist_all": [1, 2],
                                   "hist_last": [0, 1], "messages": 3},
                                  {"members": 6, "crash_fraction": 0.25, "loss": "5%", "hist_all": [3, 4],
@@ -273,7 +275,7 @@ def test_cli_all_four(tmp_path):
     out = tmp_path / "out2"
     assert fm.main(["table2", *map(str, dt), "--out", str(out)]) == 0
     md = (out / "tables.md").read_text()
-    assert "| 1 | 1 | 3.00 (1) | 1.39 | 6.00 (1) | 192.09 | 6.00 | 10.00 (1) | 97.64 |" in md
+    assert "| 1 | - | 1 | 3.00 (1) | 1.39 | 6.00 (1) | 192.09 | 6.00 | 10.00 (1) | 97.64 |" in md
     assert (out / "table2.png").stat().st_size > 0
 
 
