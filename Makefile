@@ -110,9 +110,9 @@ repro-pbcast: setup
 	$(PY) -m analysis.figures_pbcast_more fig4 $(REPRO_OUT)/pbcast-fig4 --out $(REPRO_OUT)/results/pbcast-fig4
 	$(ORCH) sweep topologies/pbcast-fig10-sweep.yaml --out $(REPRO_OUT)/pbcast-fig10 --no-analyze
 	$(PY) -m analysis.figures_pbcast_more fig10 $(REPRO_OUT)/pbcast-fig10 --out $(REPRO_OUT)/results/pbcast-fig10
-	@set -e; for s in 1 2 3; do for v in none:2 none:0.5 mcast:2; do \
-	  ls -d $(REPRO_OUT)/pbcast-bimodal/bm-pb32-25-$${v%:*}-c$${v#*:}-s$$s-* >/dev/null 2>&1 || \
-	  $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$${v%:*} --set gc_c=$${v#*:} \
+	@set -e; for s in 1 2 3; do for v in none:2:n20 none:0.5:n5 mcast:2:m20; do p=$${v%%:*}; c=$${v#*:}; c=$${c%:*}; \
+	  ls -d $(REPRO_OUT)/pbcast-bimodal/bm32-25$${v##*:}-s$$s-* >/dev/null 2>&1 || \
+	  $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$$p --set gc_c=$$c \
 	    --out $(REPRO_OUT)/pbcast-bimodal; done; done
 	$(PY) -m analysis.figures_pbcast_more bimodal $(REPRO_OUT)/pbcast-bimodal --out $(REPRO_OUT)/results/pbcast-bimodal
 
