@@ -320,6 +320,22 @@ def vsync_run(events: list[dict]) -> dict[str, Any]:
 
 # --- one run directory --------------------------------------------------------------------------------------------
 
+def packing_of(manifest: dict) -> str:
+    """`process` (a process per member) or `packs of N` (docs/packing.md), from the manifest's decision."""
+    pk = manifest.get("packing") or {}
+    return "process" if pk.get("mode", "process") == "process" else f"packs of {pk.get('members_per_process')}"
+
+
+def verdict_of(run_dir: Path) -> str | None:
+    """The fidelity judges' verdict (orchestrator.fidelity.run_judges: timer lag p99 <= 50 ms, delay-line hold
+    error p99 <= 1 ms): `faithful`, `unfaithful (...)`, or `error: ...` when a judge cannot read the run."""
+    try:
+        from orchestrator.fidelity import run_judges
+        return run_judges(run_dir).get("verdict")
+    except Exception as exc:       # reported, not fatal
+        return f"error: {exc}"
+
+
 def analyse_run(kind: str, run_dir: Path, load: list[tuple[float, float]] | None = None) -> dict[str, Any]:
     """runs.csv's row of one run of `kind`: the spec's parameters, the load during the run, the kind's values."""
     manifest, events = read_events(run_dir)
@@ -333,7 +349,8 @@ def analyse_run(kind: str, run_dir: Path, load: list[tuple[float, float]] | None
                            "members": len({e["node"] for e in events if e.get("event") == "node_started"}),
                            "seed": manifest.get("seed"), "status": manifest.get("status"),
                            "offered_per_s": wl.get("rate_per_s"), "loss": (spec.get("links") or {}).get("loss"),
-                           "load_mean": lmean, "load_max": lmax}
+                           "load_mean": lmean, "load_max": lmax, "packing": packing_of(manifest),
+                           "verdict": verdict_of(run_dir)}
     if kind == "fig4":
         r = fig4_run(events)
         row.update({k: v for k, v in r.items() if k != "per_member"})
@@ -354,9 +371,9 @@ def analyse_run(kind: str, run_dir: Path, load: list[tuple[float, float]] | None
 
 # --- aggregation (pure) -------------------------------------------------------------------------------------------
 
-POINT = {"fig4": ("members", "offered_per_s", "loss"),
+POINT = {"fig4": ("members", "offered_per_s", "loss", "packing"),
          "bimodal": ("members", "crash_fraction", "loss", "phase", "gc_c"),
-         "fig10": ("members", "offered_per_s", "buffer", "ack_defer"),
+         "fig10": ("members", "offered_per_s", "buffer", "ack_defer", "packing"),
          "table2": ("k", "offered_per_s", "buffer", "ack_defer")}
 VALUES = {
     "fig4": ("overhead", "overhead_max", "overhead_sender", "overhead_rest", "digest", "solicit", "repair",
@@ -399,11 +416,14 @@ def aggregate(kind: str, runs: list[dict]) -> list[dict]:
 
 
 def fig4_fits(runs: list[dict], agg: list[dict]) -> dict[str, Any]:
-    """Both fits of every overhead value against the members: over the runs' values, and over the points' means."""
-    out: dict[str, Any] = {"runs": {}, "means": {}}
+    """Both fits of every overhead value against the members: over the runs' values, over the points' means, and
+    over the runs the fidelity judges call faithful (`faithful`; runs without a verdict count as faithful)."""
+    out: dict[str, Any] = {"runs": {}, "means": {}, "faithful": {}}
+    good = [r for r in runs if r.get("verdict") in (None, "faithful")]
     for k in ("overhead", *OVERHEAD):
         out["runs"][k] = fits([r["members"] for r in runs], [r.get(k) for r in runs])
         out["means"][k] = fits([a["members"] for a in agg], [a.get(k) for a in agg])
+        out["faithful"][k] = fits([r["members"] for r in good], [r.get(k) for r in good])
     return out
 
 
@@ -421,7 +441,14 @@ def fig4_figure(agg: list[dict], fit: dict, path: Path) -> None:
     both fits (over the runs) of the total as lines."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    pts = sorted((a for a in agg if a.get("overhead") is not None), key=lambda a: a["members"])
+    packed = sorted((a for a in agg if a.get("overhead") is not None and a.get("packing") not in (None, "process")),
+                    key=lambda a: a["members"])
+    if packed:
+        ax.errorbar([a["members"] for a in packed], [a["overhead"] for a in packed],
+                    yerr=[a["overhead_ci95"] or 0 for a in packed], marker="D", capsize=3, linestyle="none",
+                    color="C9", label=f"total, packed members ({packed[0]['packing']})")
+    pts = sorted((a for a in agg if a.get("overhead") is not None and a.get("packing") in (None, "process")),
+                 key=lambda a: a["members"])
     if pts:
         ax.errorbar([a["members"] for a in pts], [a["overhead"] for a in pts],
                     yerr=[a["overhead_ci95"] or 0 for a in pts], marker="o", capsize=3, linestyle="none",
@@ -432,10 +459,10 @@ def fig4_figure(agg: list[dict], fit: dict, path: Path) -> None:
         lo, hi = pts[0]["members"], pts[-1]["members"]
         xs = [lo + (hi - lo) * i / 100 for i in range(101)]
         for name, f, style in (("log2", lambda n: math.log2(n), "-"), ("linear", lambda n: n, "--")):
-            p = fit["runs"]["overhead"][name]
+            p = fit["faithful"]["overhead"][name]
             if p["b"] is not None:
                 ax.plot(xs, [p["a"] + p["b"] * f(x) for x in xs], linestyle=style, color="C1" if name == "log2"
-                        else "C2", label=f"a + b {'log2 n' if name == 'log2' else 'n'}: a={p['a']:.3g}, "
+                        else "C2", label=f"faithful runs' a + b {'log2 n' if name == 'log2' else 'n'}: a={p['a']:.3g}, "
                                          f"b={p['b']:.3g}, R²={_f(p['r2'], '{:.3f}')}")
     ax.set_xlabel("group size n (members)")
     ax.set_ylabel("overhead messages per member per multicast")
@@ -447,25 +474,42 @@ def fig4_figure(agg: list[dict], fit: dict, path: Path) -> None:
 
 
 def bimodal_figure(agg: list[dict], path: Path) -> None:
-    """The bimodal plot: messages (log scale) against the fraction of survivors that delivered them, all messages
-    and the last second's, summed over the runs of each point."""
+    """The bimodal plot, a panel per point (first phase, C, crash): messages (log scale) against the fraction of
+    survivors that delivered them, all messages and the last second's, summed over the runs of the point."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    series = [(a, h) for a in agg for h in ("hist_all", "hist_last")]
-    w = BIN_WIDTH / max(1, len(series))
-    for j, (a, h) in enumerate(series):
-        lab = (f"{a['members']} members, crash {a.get('crash_fraction')}, {a['runs']} run(s): "
-               + ("all messages" if h == "hist_all" else f"sent in the last {LAST_S:g} s"))
-        ax.bar([i * BIN_WIDTH + (j + 0.5) * w for i in range(BINS)], a[h], width=w, color=f"C{j}", label=lab)
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=0.5)                 # a bin of one message shows
-    ax.set_xlim(0, 1)
-    ax.set_xlabel(f"fraction of surviving members that delivered the message (bins of {BIN_WIDTH:g})")
-    ax.set_ylabel("messages")
-    ax.set_title("pbcast's bimodal delivery: the sender and some members crash", fontsize=9)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, max(1, len(agg)), figsize=(4.2 * max(1, len(agg)), 4.0), squeeze=False)
+    w = BIN_WIDTH / 2
+    for ax, a in zip(axes[0], agg):
+        for j, h in enumerate(("hist_all", "hist_last")):
+            lab = "all messages" if h == "hist_all" else f"sent in the last {LAST_S:g} s before the crash"
+            ax.bar([i * BIN_WIDTH + (j + 0.5) * w for i in range(BINS)], a[h], width=w, color=f"C{j}", label=lab)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=0.5)                 # a bin of one message shows
+        ax.set_xlim(0, 1)
+        ax.set_xlabel(f"fraction of survivors that delivered it (bins of {BIN_WIDTH:g})", fontsize=8)
+        ax.set_title(f"{a['members']} members, crash {a.get('crash_fraction')} + the sender,\nfirst phase "
+                     f"{a.get('phase')}, C = {a.get('gc_c')}, {a['runs']} run(s)", fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("messages")
     _save(fig, path)
+
+
+def seconds_of(v: Any) -> float | None:
+    """'500ms' / '1s' / 0.5 -> seconds (None stays None)."""
+    if v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    t = str(v).strip()
+    return float(t[:-2]) / 1000 if t.endswith("ms") else float(t[:-1]) if t.endswith("s") else float(t)
+
+
+def vc_model(n: int, defer_s: float) -> float:
+    """A view change's expected duration when it ends at the last of the n - 1 other members' AckPrefreshviews,
+    each deferred by an independent U(0, defer_s) (the network's and the members' own delays left out): the
+    expected maximum of n - 1 uniforms, defer_s (n - 1) / n."""
+    return defer_s * (n - 1) / n
 
 
 def fig10_figure(agg: list[dict], path: Path) -> None:
@@ -473,22 +517,32 @@ def fig10_figure(agg: list[dict], path: Path) -> None:
     offered rate against n; (b) the view change's duration at the leader against n; a line per offered rate."""
     plt = _plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.0, 4.2))
-    for j, rate in enumerate(sorted({a.get("offered_per_s") for a in agg}, key=_order)):
-        pts = sorted((a for a in agg if a.get("offered_per_s") == rate), key=lambda a: a["members"])
+    lines = sorted({(a.get("offered_per_s"), a.get("packing")) for a in agg}, key=lambda x: tuple(map(_order, x)))
+    for j, (rate, packing) in enumerate(lines):
+        pts = sorted((a for a in agg if (a.get("offered_per_s"), a.get("packing")) == (rate, packing)),
+                     key=lambda a: a["members"])
+        rate_label = f"{rate}, {packing}" if packing not in (None, "process") else rate
         ns = [a["members"] for a in pts]
         for key, m, ls in (("throughput_1s", "o", "-"), ("throughput", "s", ":")):
             q = [a for a in pts if a.get(key) is not None]
             a1.errorbar([a["members"] for a in q], [a[key] for a in q], yerr=[a[f"{key}_ci95"] or 0 for a in q],
                         marker=m, linestyle=ls, capsize=3, color=f"C{j}",
-                        label=f"offered {rate}: {'1 s windows' if key == 'throughput_1s' else '500 ms windows'}")
+                        label=f"offered {rate_label}: {'1 s windows' if key == 'throughput_1s' else '500 ms windows'}")
         if rate:
             a1.plot(ns, [rate] * len(ns), color=f"C{j}", linestyle="--", alpha=0.5, linewidth=1)
         q = [a for a in pts if a.get("vc_mean_s") is not None]
         a2.errorbar([a["members"] for a in q], [a["vc_mean_s"] for a in q], yerr=[a["vc_mean_s_ci95"] or 0 for a in q],
-                    marker="o", capsize=3, color=f"C{j}", label=f"offered {rate}: decided (mean)")
+                    marker="o", capsize=3, color=f"C{j}", label=f"offered {rate_label}: decided (mean)")
         q = [a for a in pts if a.get("vc_max_s") is not None]
         a2.plot([a["members"] for a in q], [a["vc_max_s"] for a in q], marker="^", linestyle=":", color=f"C{j}",
-                label=f"offered {rate}: max per run (mean)")
+                label=f"offered {rate_label}: max per run (mean)")
+    defers = {seconds_of(a.get("ack_defer")) for a in agg} - {None}
+    ns_all = sorted({a["members"] for a in agg})
+    if len(defers) == 1 and ns_all:
+        d = defers.pop()
+        xs = list(range(min(ns_all), max(ns_all) + 1))
+        a2.plot(xs, [vc_model(n, d) for n in xs], color="grey", linestyle="--",
+                label=f"model: the last of n - 1 acks deferred U(0, {d:g} s): {d:g} (n - 1) / n")
     a1.set_xlabel("group size n")
     a1.set_ylabel("throughput at unperturbed members (msgs/s)")
     a1.set_title("Figure 10a: vsync (k = 1) throughput", fontsize=9)
@@ -642,9 +696,12 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(f"{k}={_f(v, '{:.3g}')}" for k, v in r.items()
                        if not k.endswith(("_ci95", "_n")) and not isinstance(v, list)))
     if extra:
-        for law in ("log2", "linear"):
-            p = extra["runs"]["overhead"][law]
-            print(f"fit {law}: a={_f(p['a'], '{:.4g}')} b={_f(p['b'], '{:.4g}')} R2={_f(p['r2'], '{:.4f}')}")
+        for over in ("runs", "faithful"):
+            for k in ("overhead", *OVERHEAD):
+                for law in ("log2", "linear"):
+                    p = extra[over][k][law]
+                    print(f"fit over {over}, {k}, {law}: a={_f(p['a'], '{:.4g}')} b={_f(p['b'], '{:.4g}')} "
+                          f"R2={_f(p['r2'], '{:.4f}')}")
     return 0
 
 

@@ -283,3 +283,11 @@ def _load(tmp_path: Path) -> Path:
     p = tmp_path / "load.log"
     p.write_text("1.0 2.0 1 1\n3.0 4.0 1 1\n100.0 50.0 1 1\n")
     return p
+
+
+def test_view_change_model_and_helpers():
+    # the last of n - 1 deferrals U(0, D): E[max] = D (n - 1) / n; 8 members, D = 0.5 s: 0.4375 s
+    assert fm.vc_model(8, 0.5) == pytest.approx(0.4375) and fm.vc_model(2, 0.5) == pytest.approx(0.25)
+    assert [fm.seconds_of(v) for v in ("500ms", "1s", 0.05, None)] == [0.5, 1.0, 0.05, None]
+    assert fm.packing_of({"packing": {"mode": "process"}}) == "process" and fm.packing_of({}) == "process"
+    assert fm.packing_of({"packing": {"mode": "packed", "members_per_process": 16}}) == "packs of 16"
