@@ -177,6 +177,8 @@ def fig4_run(events: list[dict]) -> dict[str, Any]:
         "delivered_to_all": sum(1 for r in recv if r >= others) / nmsg if nmsg and others > 0 else None}
     for k in OVERHEAD:
         out[k] = _mean([v[k] for v in per.values()])
+    out["repair_traffic"] = (None if out["solicit"] is None or out["repair"] is None
+                             else out["solicit"] + out["repair"])
     return out
 
 
@@ -377,7 +379,7 @@ POINT = {"fig4": ("members", "offered_per_s", "loss", "packing"),
          "table2": ("k", "offered_per_s", "buffer", "ack_defer")}
 VALUES = {
     "fig4": ("overhead", "overhead_max", "overhead_sender", "overhead_rest", "digest", "solicit", "repair",
-             "repair_fraction", "delivery_ratio", "delivered_to_all", "multicasts", "load_mean"),
+             "repair_traffic", "repair_fraction", "delivery_ratio", "delivered_to_all", "multicasts", "load_mean"),
     "bimodal": ("messages", "almost_all", "almost_none", "between", "last_messages", "last_almost_all",
                 "last_almost_none", "last_between", "n_survivors", "sent_unlogged", "load_mean"),
     "fig10": ("throughput_1s", "throughput", "sent_per_s", "refused", "vc_mean_s", "vc_max_s", "vc_install_mean_s",
@@ -420,7 +422,7 @@ def fig4_fits(runs: list[dict], agg: list[dict]) -> dict[str, Any]:
     over the runs the fidelity judges call faithful (`faithful`; runs without a verdict count as faithful)."""
     out: dict[str, Any] = {"runs": {}, "means": {}, "faithful": {}}
     good = [r for r in runs if r.get("verdict") in (None, "faithful")]
-    for k in ("overhead", *OVERHEAD):
+    for k in ("overhead", *OVERHEAD, "repair_traffic"):
         out["runs"][k] = fits([r["members"] for r in runs], [r.get(k) for r in runs])
         out["means"][k] = fits([a["members"] for a in agg], [a.get(k) for a in agg])
         out["faithful"][k] = fits([r["members"] for r in good], [r.get(k) for r in good])
@@ -437,39 +439,46 @@ def _save(fig, path: Path) -> None:
 
 
 def fig4_figure(agg: list[dict], fit: dict, path: Path) -> None:
-    """Figure 4: overhead messages per member per multicast against n (mean, 95 % CI bars), its components, and
-    both fits (over the runs) of the total as lines."""
+    """Figure 4 in two panels against n (log2 axis): (a) the total overhead messages per member per multicast (mean,
+    95 % CI bars; packed members apart) with both fits over the faithful runs; (b) its repair part (solicitations
+    and repairs), which is what grows with the tree's depth, with its own fits."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.0, 4.4))
+    proc = sorted((a for a in agg if a.get("overhead") is not None and a.get("packing") in (None, "process")),
+                  key=lambda a: a["members"])
     packed = sorted((a for a in agg if a.get("overhead") is not None and a.get("packing") not in (None, "process")),
                     key=lambda a: a["members"])
-    if packed:
-        ax.errorbar([a["members"] for a in packed], [a["overhead"] for a in packed],
-                    yerr=[a["overhead_ci95"] or 0 for a in packed], marker="D", capsize=3, linestyle="none",
-                    color="C9", label=f"total, packed members ({packed[0]['packing']})")
-    pts = sorted((a for a in agg if a.get("overhead") is not None and a.get("packing") in (None, "process")),
-                 key=lambda a: a["members"])
-    if pts:
-        ax.errorbar([a["members"] for a in pts], [a["overhead"] for a in pts],
-                    yerr=[a["overhead_ci95"] or 0 for a in pts], marker="o", capsize=3, linestyle="none",
-                    color="C0", label="total (digests + solicitations + repairs)")
-        for i, k in enumerate(OVERHEAD):
-            ax.plot([a["members"] for a in pts], [a.get(k) for a in pts], marker="x", linestyle=":",
-                    color=f"C{i + 3}", alpha=0.7, label=f"{k}s")
-        lo, hi = pts[0]["members"], pts[-1]["members"]
-        xs = [lo + (hi - lo) * i / 100 for i in range(101)]
-        for name, f, style in (("log2", lambda n: math.log2(n), "-"), ("linear", lambda n: n, "--")):
-            p = fit["faithful"]["overhead"][name]
-            if p["b"] is not None:
-                ax.plot(xs, [p["a"] + p["b"] * f(x) for x in xs], linestyle=style, color="C1" if name == "log2"
-                        else "C2", label=f"faithful runs' a + b {'log2 n' if name == 'log2' else 'n'}: a={p['a']:.3g}, "
-                                         f"b={p['b']:.3g}, R²={_f(p['r2'], '{:.3f}')}")
-    ax.set_xlabel("group size n (members)")
-    ax.set_ylabel("overhead messages per member per multicast")
-    ax.set_title("Figure 4: pbcast's per-member overhead vs group size", fontsize=9)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    for pts, m, c, what in ((proc, "o", "C0", "a process per member"), (packed, "D", "C9", "packed members")):
+        if not pts:
+            continue
+        ns = [a["members"] for a in pts]
+        ax.errorbar(ns, [a["overhead"] for a in pts], yerr=[a["overhead_ci95"] or 0 for a in pts], marker=m,
+                    capsize=3, linestyle="none", color=c, label=f"total ({what})")
+        ax.plot(ns, [a.get("digest") for a in pts], marker="x", linestyle=":", color=c, alpha=0.6,
+                label=f"digests ({what})")
+        rep = [(a.get("solicit") or 0) + (a.get("repair") or 0) for a in pts]
+        bx.plot(ns, rep, marker=m, linestyle="none", color=c, label=f"solicitations + repairs ({what})")
+    allpts = proc + packed
+    if allpts:
+        lo, hi = min(a["members"] for a in allpts), max(a["members"] for a in allpts)
+        xs = [lo * (hi / lo) ** (i / 100) for i in range(101)]
+        for axis, key in ((ax, "overhead"), (bx, "repair_traffic")):
+            for name, f, style in (("log2", lambda n: math.log2(n), "-"), ("linear", lambda n: n, "--")):
+                p = (fit.get("faithful") or {}).get(key, {}).get(name) or {}
+                if p.get("b") is not None:
+                    axis.plot(xs, [p["a"] + p["b"] * f(x) for x in xs], linestyle=style,
+                              color="C1" if name == "log2" else "C2",
+                              label=f"faithful runs: a + b {'log2 n' if name == 'log2' else 'n'}, a={p['a']:.3g}, "
+                                    f"b={p['b']:.3g}, R²={_f(p['r2'], '{:.3f}')}")
+    for axis, title in ((ax, "(a) all overhead: digests + solicitations + repairs"),
+                        (bx, "(b) the repair part: solicitations + repairs")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("group size n (members, log2 axis)")
+        axis.set_ylabel("messages per member per multicast")
+        axis.set_title(f"Figure 4 {title}", fontsize=9)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
     _save(fig, path)
 
 
@@ -697,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
                        if not k.endswith(("_ci95", "_n")) and not isinstance(v, list)))
     if extra:
         for over in ("runs", "faithful"):
-            for k in ("overhead", *OVERHEAD):
+            for k in ("overhead", *OVERHEAD, "repair_traffic"):
                 for law in ("log2", "linear"):
                     p = extra[over][k][law]
                     print(f"fit over {over}, {k}, {law}: a={_f(p['a'], '{:.4g}')} b={_f(p['b'], '{:.4g}')} "

@@ -61,6 +61,7 @@ def test_fig4_overhead_per_member_per_multicast_by_hand():
     assert r["digest"] == pytest.approx(80 / 16)
     assert r["solicit"] == pytest.approx(6 / 16)
     assert r["repair"] == pytest.approx(8 / 16)
+    assert r["repair_traffic"] == pytest.approx(6 / 16 + 8 / 16)
     # 10 distinct deliveries, 2 by repair; of 4 x 3 possible; seq 1 and 2 reached all three others
     assert r["deliveries"] == 10
     assert r["repair_fraction"] == pytest.approx(0.2)
