@@ -141,6 +141,40 @@ def timeline(actions: Rows, event_series: Rows, marks: Rows, members: Sequence[s
     return _save(fig, path)
 
 
+def delivery_histogram(hist: Rows, path: Path) -> Path:
+    """pbcast's bimodal plot: messages (log scale) per delivered fraction (`bin`, `messages` rows of
+    analysis/protocols/pbcast.delivery_histogram: bins of 0.1 of the other members)."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    rows = [r for r in hist if r.get("messages")]
+    ax.bar([float(r["bin"]) + 0.05 for r in rows], [r["messages"] for r in rows], width=0.09, color="C0")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=0.5)
+    ax.set_xlim(0, 1.1)
+    ax.set(xlabel="fraction of the other members that delivered the message (bins of 0.1)", ylabel="messages",
+           title="Delivery distribution per message (bimodal: almost all or almost none)")
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, path)
+
+
+def throughput_per_member(rows: Rows, unperturbed: Sequence[str], perturbed: Sequence[str], path: Path) -> Path:
+    """Figure 1's measure per member: mean deliveries/s over the 500 ms windows with the windows' min-max as a bar
+    (`node`, `mean_per_s`, `min_per_s`, `max_per_s` rows), unperturbed / perturbed / other members coloured."""
+    rows = sorted(rows, key=lambda r: natural(r["node"]))
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.25 * len(rows) + 2), 3.6))
+    colour = {**{m: "C0" for m in unperturbed}, **{m: "C3" for m in perturbed}}
+    xs = range(len(rows))
+    mean = [r["mean_per_s"] or 0 for r in rows]
+    ax.bar(xs, mean, color=[colour.get(r["node"], "C7") for r in rows])
+    ax.errorbar(xs, mean, yerr=[[m - (r["min_per_s"] or 0) for m, r in zip(mean, rows)],
+                                [(r["max_per_s"] or 0) - m for m, r in zip(mean, rows)]],
+                fmt="none", ecolor="k", elinewidth=0.6, capsize=2)
+    ax.set_xticks(list(xs), [r["node"] for r in rows], rotation=90, fontsize=6)
+    ax.set(ylabel="deliveries/s (500 ms windows)",
+           title="Throughput per member: unperturbed (blue), perturbed (red), senders and others (grey)")
+    ax.set_ylim(bottom=0)
+    return _save(fig, path)
+
+
 def time_to_stable(tts: Rows, t0: float, path: Path) -> Path:
     """Time to stable of each data message against its send time, one colour per origin."""
     fig, ax = plt.subplots(figsize=(10, 3.6))

@@ -23,7 +23,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis.doc import Doc, Heading, Para, Table, fmt
+from analysis import figures
+from analysis.doc import Doc, Figure, Heading, Para, Table, fmt
 from analysis.protocols import GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext, register
 
 FIGURE1_WINDOW_S = 0.5
@@ -176,6 +177,9 @@ def common_report(doc: Doc, ctx: ReportContext) -> None:
                  "histogram: most messages reach almost everyone or almost no one)."),
             Table(["fraction of members", "messages"], [[f"{float(r['bin']):.1f}", r["messages"]]
                                                        for r in d["histogram"]]))
+    if d["histogram"]:
+        doc.add(Figure(figures.delivery_histogram(d["histogram"], ctx.figdir / "delivery_histogram.png"),
+                       "Messages per delivered fraction (log scale)"))
     doc.add(Heading(1, "Throughput per member"),
             Para(f"Deliveries per second, mean over successive 500 ms windows (Figure 1's measure) and over 1 s "
                  f"windows. Unperturbed: {', '.join(s.get('unperturbed_members') or []) or 'none'}; perturbed: "
@@ -184,6 +188,11 @@ def common_report(doc: Doc, ctx: ReportContext) -> None:
                   [[r["node"], r["windows"], r["mean_per_s"], r["min_per_s"], r["max_per_s"], r["std_per_s"],
                     next((x["mean_per_s"] for x in d["per_s"] if x["node"] == r["node"]), None)]
                    for r in d["fig1"]]))
+    if d["fig1"]:
+        doc.add(Figure(figures.throughput_per_member(d["fig1"], s.get("unperturbed_members") or [],
+                                                     s.get("perturbed_members") or [],
+                                                     ctx.figdir / "throughput_per_member.png"),
+                       "Throughput per member (Figure 1's 500 ms windows; bars: the windows' min-max)"))
     doc.add(Heading(1, "Message load by type"),
             Table(["member", "type", "sent", "received", "sent/s", "received/s"],
                   [[r["node"], r["type_name"], r["sent"], r["received"], r["sent_per_s"], r["received_per_s"]]
