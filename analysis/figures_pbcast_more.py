@@ -614,10 +614,10 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
     """tables.md of `kind`: a row per point, cells mean ± 95 % CI half-width (n)."""
     out: list[str] = ["Mean ± 95 % CI half-width (Student t), the number of runs in brackets.", ""]
     if kind == "fig4":
-        out += _table(["members", "loss", "runs", "overhead / member / multicast", "max member", "sender",
+        out += _table(["members", "members ran as", "loss", "runs", "overhead / member / multicast", "max member", "sender",
                        "the rest", "digests", "solicitations", "repairs", "deliveries by repair",
                        "delivery ratio", "messages to all"],
-                      [[str(a["members"]), str(a.get("loss")), str(a["runs"])]
+                      [[str(a["members"]), str(a.get("packing")), str(a.get("loss")), str(a["runs"])]
                        + [_cell(a, k) for k in ("overhead", "overhead_max", "overhead_sender", "overhead_rest",
                                                 "digest", "solicit", "repair")]
                        + [_cell(a, k, "{:.4f}") for k in ("repair_fraction", "delivery_ratio", "delivered_to_all")]
@@ -633,9 +633,10 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
             out += ["**least-squares fits of the overhead per member per multicast against n**", ""]
             out += _table(["over", "value", "law", "a", "b", "R²", "points"], rows)
     elif kind == "bimodal":
-        out += _table(["members", "crash", "runs", "survivors", "messages", ">= 0.95", "<= 0.05", "between",
+        out += _table(["members", "crash", "first phase", "C", "runs", "survivors", "messages", ">= 0.95", "<= 0.05", "between",
                        "last 1 s: messages", ">= 0.95", "<= 0.05", "between"],
-                      [[str(a["members"]), str(a.get("crash_fraction")), str(a["runs"])]
+                      [[str(a["members"]), str(a.get("crash_fraction")), str(a.get("phase")), str(a.get("gc_c")),
+                        str(a["runs"])]
                        + [_cell(a, k, "{:.1f}") for k in VALUES["bimodal"][8:9] + VALUES["bimodal"][:8]]
                        for a in agg])
         out += ["**histogram (messages per bin of the fraction of survivors that delivered them, summed over runs)**",
@@ -646,10 +647,11 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
                        + [str(a["hist_all"][i]) for a in agg] + [str(a["hist_last"][i]) for a in agg]
                        for i in range(BINS)])
     elif kind == "fig10":
-        out += _table(["members", "offered (msgs/s)", "buffer", "runs", "throughput, 1 s windows",
+        out += _table(["members", "members ran as", "offered (msgs/s)", "buffer", "runs", "throughput, 1 s windows",
                        "throughput, 500 ms windows", "sent/s", "sends refused", "view change (s), mean",
                        "view change (s), max", "to install at leader (s)", "members dropped", "load"],
-                      [[str(a["members"]), str(a.get("offered_per_s")), str(a.get("buffer")), str(a["runs"])]
+                      [[str(a["members"]), str(a.get("packing")), str(a.get("offered_per_s")), str(a.get("buffer")),
+                        str(a["runs"])]
                        + [_cell(a, k, "{:.1f}") for k in ("throughput_1s", "throughput", "sent_per_s", "refused")]
                        + [_cell(a, k, "{:.3f}") for k in ("vc_mean_s", "vc_max_s", "vc_install_mean_s")]
                        + [_cell(a, "dropped_n", "{:.1f}"), _cell(a, "load_mean", "{:.1f}")] for a in agg])
