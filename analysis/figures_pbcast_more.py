@@ -137,6 +137,43 @@ def member_overhead(c: dict[str, int]) -> dict[str, int]:
     return out
 
 
+def first_phase_miss(n: int, degree: int, loss: float, sender: int = 1) -> tuple[float, float]:
+    """(mean hops from the sender, the expected fraction of the other members an IP multicast misses) on the
+    testbed's degree-`degree` tree of n members (orchestrator.plan.tree_parents, every node a member): a member
+    h hops away misses it with probability 1 - (1 - loss)^h (a copy lost on any link of the path is lost for the
+    whole subtree below). pbcast repairs exactly these misses, so its repair traffic per member per multicast is
+    proportional to this — and the mean path grows like log n."""
+    from orchestrator.plan import tree_parents
+
+    par = tree_parents(n, degree)
+    adj: dict[int, list[int]] = {i: [] for i in range(n)}
+    for i, q in enumerate(par):
+        if q is not None:
+            adj[i].append(q)
+            adj[q].append(i)
+    dist, frontier = {sender: 0}, [sender]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in adj[u]:
+                if v not in dist:
+                    dist[v] = dist[u] + 1
+                    nxt.append(v)
+        frontier = nxt
+    hops = [d for v, d in dist.items() if v != sender]
+    if not hops:
+        return 0.0, 0.0
+    return sum(hops) / len(hops), sum(1 - (1 - loss) ** h for h in hops) / len(hops)
+
+
+def _loss_fraction(v: Any) -> float | None:
+    """'0.1%' -> 0.001; None -> None."""
+    if v is None:
+        return None
+    t = str(v).strip()
+    return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+
+
 def fig4_run(events: list[dict]) -> dict[str, Any]:
     """One pbcast run's Figure 4 values (see the module's docstring): `multicasts`, `per_member` {node: overhead
     per multicast by kind}, `overhead` (mean over members of the total per multicast), `overhead_max`,
@@ -356,6 +393,13 @@ def analyse_run(kind: str, run_dir: Path, load: list[tuple[float, float]] | None
     if kind == "fig4":
         r = fig4_run(events)
         row.update({k: v for k, v in r.items() if k != "per_member"})
+        loss = _loss_fraction(row["loss"])
+        topo = spec.get("topology") or {}
+        if loss is not None and topo.get("kind") == "tree" and topo.get("members") == "all":
+            snd = wl.get("senders")
+            sender = int(snd[0][1:]) if isinstance(snd, list) and len(snd) == 1 and str(snd[0])[1:].isdigit() else 1
+            row["mean_hops"], row["miss_model"] = first_phase_miss(row["members"], int(topo.get("degree", 4)), loss,
+                                                                   sender)
     elif kind == "bimodal":
         r = bimodal_run(events, t0=manifest.get("t0_unix"))
         crash = [a.get("fraction") for a in spec.get("schedule") or [] if a.get("action") == "crash"
@@ -379,7 +423,8 @@ POINT = {"fig4": ("members", "offered_per_s", "loss", "packing"),
          "table2": ("k", "offered_per_s", "buffer", "ack_defer")}
 VALUES = {
     "fig4": ("overhead", "overhead_max", "overhead_sender", "overhead_rest", "digest", "solicit", "repair",
-             "repair_traffic", "repair_fraction", "delivery_ratio", "delivered_to_all", "multicasts", "load_mean"),
+             "repair_traffic", "repair_fraction", "miss_model", "mean_hops", "delivery_ratio", "delivered_to_all",
+             "multicasts", "load_mean"),
     "bimodal": ("messages", "almost_all", "almost_none", "between", "last_messages", "last_almost_all",
                 "last_almost_none", "last_between", "n_survivors", "sent_unlogged", "load_mean"),
     "fig10": ("throughput_1s", "throughput", "sent_per_s", "refused", "vc_mean_s", "vc_max_s", "vc_install_mean_s",
@@ -616,11 +661,13 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
     if kind == "fig4":
         out += _table(["members", "members ran as", "loss", "runs", "overhead / member / multicast", "max member", "sender",
                        "the rest", "digests", "solicitations", "repairs", "deliveries by repair",
-                       "delivery ratio", "messages to all"],
+                       "first-phase miss (model)", "mean hops from the sender", "delivery ratio", "messages to all"],
                       [[str(a["members"]), str(a.get("packing")), str(a.get("loss")), str(a["runs"])]
                        + [_cell(a, k) for k in ("overhead", "overhead_max", "overhead_sender", "overhead_rest",
                                                 "digest", "solicit", "repair")]
-                       + [_cell(a, k, "{:.4f}") for k in ("repair_fraction", "delivery_ratio", "delivered_to_all")]
+                       + [_cell(a, "repair_fraction", "{:.4f}"), _f(a.get("miss_model"), "{:.4f}"),
+                          _f(a.get("mean_hops"), "{:.2f}")]
+                       + [_cell(a, k, "{:.4f}") for k in ("delivery_ratio", "delivered_to_all")]
                        for a in agg])
         if extra:
             rows = []

@@ -292,3 +292,14 @@ def test_view_change_model_and_helpers():
     assert [fm.seconds_of(v) for v in ("500ms", "1s", 0.05, None)] == [0.5, 1.0, 0.05, None]
     assert fm.packing_of({"packing": {"mode": "process"}}) == "process" and fm.packing_of({}) == "process"
     assert fm.packing_of({"packing": {"mode": "packed", "members_per_process": 16}}) == "packs of 16"
+
+
+def test_first_phase_miss_on_the_tree():
+    # 4 members, degree 4: h0 is the root of h1, h2, h3; from the sender h1: h0 1 hop, h2 and h3 2 hops
+    hops, miss = fm.first_phase_miss(4, 4, 0.1, sender=1)
+    assert hops == pytest.approx(5 / 3)
+    assert miss == pytest.approx((0.1 + 2 * (1 - 0.9 ** 2)) / 3)          # (0.1 + 0.19 + 0.19) / 3 = 0.16
+    assert fm.first_phase_miss(4, 4, 0.0)[1] == 0.0
+    # the mean path grows with n, so does the miss
+    assert fm.first_phase_miss(128, 4, 0.01)[1] > fm.first_phase_miss(8, 4, 0.01)[1]
+    assert fm._loss_fraction("0.1%") == pytest.approx(0.001) and fm._loss_fraction(None) is None
