@@ -236,7 +236,8 @@ def split(fractions: list[float], hi: float = 0.95, lo: float = 0.05) -> dict[st
     return {"messages": len(fractions), "almost_all": a, "almost_none": z, "between": len(fractions) - a - z}
 
 
-def bimodal_run(events: list[dict], last_s: float = LAST_S, t0: float | None = None) -> dict[str, Any]:
+def bimodal_run(events: list[dict], last_s: float = LAST_S, t0: float | None = None,
+                rate_per_s: float | None = None) -> dict[str, Any]:
     """One crash run's delivery distribution (see the module's docstring): `crashed`, `survivors`, `crash_ts`,
     `fractions` [(origin, seq, sent ts, fraction)], `hist_all`, `hist_last` (bin counts), and the split counts of
     both (`messages`, `almost_all`, `almost_none`, `between`; `last_` the same over the last second).
@@ -245,7 +246,10 @@ def bimodal_run(events: list[dict], last_s: float = LAST_S, t0: float | None = N
     the histogram is about. Seqs are consecutive per sender, so the messages are every seq from 1 to the highest
     any member logged (sent or received): one without `data_sent` takes the time of its first `data_received`
     anywhere (crashed members included), or, received by nobody, that of the message before it (`sent_unlogged`,
-    `sent_unseen` count them). A message sent after the last one anybody logged stays invisible.
+    `sent_unseen` count them). A message sent after the last one anybody logged would stay invisible: with
+    `rate_per_s` (the workload's offer), a crashed sender is taken to have kept sending at that rate from its last
+    logged `data_sent` to the crash, and those messages nobody received count with fraction 0
+    (`sent_extrapolated`; an estimate: a sender that fell behind its timer sent fewer).
     The crash time: t0 + the action's `actual_s` (when it began) if `t0` (the manifest's t0_unix) is given, else
     the record's `ts` (written after the action returned); the earliest crash action's."""
     m = members_of(events)
@@ -277,7 +281,7 @@ def bimodal_run(events: list[dict], last_s: float = LAST_S, t0: float | None = N
         if origin in m["ids"]:
             top[origin] = max(top.get(origin, 0), seq)
     rows = []
-    unlogged = unseen = 0
+    unlogged = unseen = extrapolated = 0
     for origin in sorted(top):
         pool = survivors - {m["ids"][origin]}
         ts = -math.inf
@@ -293,10 +297,16 @@ def bimodal_run(events: list[dict], last_s: float = LAST_S, t0: float | None = N
                     unseen += 1
             if pool:
                 rows.append((origin, seq, ts, len(got.get(key, set()) & pool) / len(pool)))
+        mine = [(q, t) for (o, q), t in logged.items() if o == origin]
+        if rate_per_s and crash_ts is not None and m["ids"][origin] in crashed and mine and pool:
+            s_l, t_l = max(mine)
+            for seq in range(top[origin] + 1, s_l + int((crash_ts - t_l) * rate_per_s + 1e-9) + 1):
+                extrapolated += 1
+                rows.append((origin, seq, t_l + (seq - s_l) / rate_per_s, 0.0))
     allf = [r[3] for r in rows]
     lastf = [r[3] for r in rows if crash_ts is not None and crash_ts - last_s <= r[2] < crash_ts]
     out: dict[str, Any] = {"crashed": sorted(crashed), "survivors": sorted(survivors), "crash_ts": crash_ts,
-                           "sent_unlogged": unlogged, "sent_unseen": unseen,
+                           "sent_unlogged": unlogged, "sent_unseen": unseen, "sent_extrapolated": extrapolated,
                            "fractions": rows, "hist_all": histogram(allf), "hist_last": histogram(lastf)}
     out.update(split(allf))
     out.update({f"last_{k}": v for k, v in split(lastf).items()})
@@ -401,7 +411,7 @@ def analyse_run(kind: str, run_dir: Path, load: list[tuple[float, float]] | None
             row["mean_hops"], row["miss_model"] = first_phase_miss(row["members"], int(topo.get("degree", 4)), loss,
                                                                    sender)
     elif kind == "bimodal":
-        r = bimodal_run(events, t0=manifest.get("t0_unix"))
+        r = bimodal_run(events, t0=manifest.get("t0_unix"), rate_per_s=wl.get("rate_per_s"))
         crash = [a.get("fraction") for a in spec.get("schedule") or [] if a.get("action") == "crash"
                  and a.get("fraction") is not None]
         row["crash_fraction"] = crash[0] if crash else None
@@ -426,7 +436,7 @@ VALUES = {
              "repair_traffic", "repair_fraction", "miss_model", "mean_hops", "delivery_ratio", "delivered_to_all",
              "multicasts", "load_mean"),
     "bimodal": ("messages", "almost_all", "almost_none", "between", "last_messages", "last_almost_all",
-                "last_almost_none", "last_between", "n_survivors", "sent_unlogged", "load_mean"),
+                "last_almost_none", "last_between", "n_survivors", "sent_unlogged", "sent_extrapolated", "load_mean"),
     "fig10": ("throughput_1s", "throughput", "sent_per_s", "refused", "vc_mean_s", "vc_max_s", "vc_install_mean_s",
               "dropped_n", "load_mean"),
     "table2": ("own_mean_ms", "own_max_ms", "own_median_ms", "own_p99_ms", "gseq_mean_ms", "gseq_max_ms", "throughput_1s", "throughput",

@@ -135,6 +135,18 @@ def test_bimodal_counts_the_sends_a_crashed_sender_did_not_log():
     assert r["crash_ts"] == pytest.approx(9.8) and r["last_messages"] == 5 and r["last_almost_none"] == 2
 
 
+def test_bimodal_extrapolates_a_crashed_senders_unlogged_tail_at_the_offered_rate():
+    """The last logged send is seq 6 at 9.9, the crash at 10.0: at 20/s seq 7 (9.95) and 8 (10.0) were due; nobody
+    received them, so they count with fraction 0. At 5/s nothing more was due."""
+    r = fm.bimodal_run(bimodal_log(), rate_per_s=20)
+    assert r["sent_extrapolated"] == 2
+    assert [(s, t, f) for _, s, t, f in r["fractions"][6:]] == [(7, pytest.approx(9.95), 0.0),
+                                                                (8, pytest.approx(10.0), 0.0)]
+    assert (r["messages"], r["almost_none"]) == (8, 3)
+    assert fm.bimodal_run(bimodal_log(), rate_per_s=5)["sent_extrapolated"] == 0
+    assert fm.bimodal_run(bimodal_log())["sent_extrapolated"] == 0
+
+
 def test_histogram_bin_edges():
     h = fm.histogram([0.0, 0.049, 0.05, 0.15, 0.95, 1.0, 0.3])
     assert h[0] == 2 and h[1] == 1 and h[3] == 1 and h[6] == 1 and h[19] == 2 and sum(h) == 7
@@ -259,7 +271,7 @@ def test_cli_all_four(tmp_path):
     out = tmp_path / "outb"
     assert fm.main(["bimodal", str(db), "--out", str(out), "--load", str(_load(tmp_path))]) == 0
     row = next(csv.DictReader((out / "runs.csv").open()))
-    assert (row["messages"], row["almost_all"], row["almost_none"], row["between"]) == ("6", "3", "1", "2")
+    assert (row["messages"], row["almost_all"], row["almost_none"], row["between"]) == ("8", "3", "3", "2")  # seq 7, 8 extrapolated at 20/s
     assert row["crash_fraction"] == "0.25" and float(row["load_mean"]) == pytest.approx(3.0)
     assert (out / "bimodal.png").stat().st_size > 0
     assert "| [0.95, 1.00] | 3 | 1 |" in (out / "tables.md").read_text()
