@@ -698,8 +698,8 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
                        for a in agg])
         out += ["**histogram (messages per bin of the fraction of survivors that delivered them, summed over runs)**",
                 ""]
-        out += _table(["bin"] + [f"{a['members']}/{a.get('crash_fraction')} all" for a in agg]
-                      + [f"{a['members']}/{a.get('crash_fraction')} last 1 s" for a in agg],
+        out += _table(["bin"] + [f"{a.get('phase')}, C {a.get('gc_c')}: all" for a in agg]
+                      + [f"{a.get('phase')}, C {a.get('gc_c')}: last 1 s" for a in agg],
                       [[f"[{i * BIN_WIDTH:.2f}, {(i + 1) * BIN_WIDTH:.2f}{']' if i == BINS - 1 else ')'}"]
                        + [str(a["hist_all"][i]) for a in agg] + [str(a["hist_last"][i]) for a in agg]
                        for i in range(BINS)])
