@@ -35,10 +35,14 @@ class Prepared:
 def prepare(experiment_path: str | Path, name: str | None = None, variables: dict | None = None,
             seed: int | None = None) -> Prepared:
     """Everything that can be checked before anything is created (bad input raises exit-code-2 errors): the
-    whole file, its schedule against the plan included (`seed` overrides the file's)."""
+    whole file, its schedule against the plan included, and the members' node configs as `run` would write them
+    (the protocol's own checks, e.g. a vsync committee larger than the group) (`seed` overrides the file's)."""
     exp = load_experiment(experiment_path, variables, seed)
     lab = check_name(name or exp.name or Path(experiment_path).stem.split(".")[0], "lab name")
     plan = build_plan(exp)
+    if exp.protocol is not None and plan.members:        # what `run` would refuse in the members' configs
+        from orchestrator.nodeconfig import node_configs
+        node_configs(exp, plan, Path("/run-dir-not-created"), Path("/ctl-dir-not-created"), check_only=True)
     if lab in list_labs():
         raise LabExists(f"lab {lab!r} is already up (use `orchestrator teardown {lab}` or --name)")
     return Prepared(exp, plan, lab)

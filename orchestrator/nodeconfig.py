@@ -33,8 +33,11 @@ def choose_senders(exp: Experiment, plan: NetworkPlan) -> list[str]:
                   key=lambda m: plan.node(m).index)
 
 
-def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Path) -> dict[str, dict]:
-    """Each member's gossipnode config (JSON-ready), validated by the node's own model. Raises SpecError."""
+def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Path,
+                 check_only: bool = False) -> dict[str, dict]:
+    """Each member's gossipnode config (JSON-ready), validated by the node's own model. Raises SpecError.
+    `check_only`: build and validate only the first member's and the senders' configs (the others differ from the
+    first only in names and addresses): what `prepare` checks for `up` and `run` before anything is built."""
     from gossipnode.config import NodeConfig
 
     members = plan.members
@@ -51,7 +54,10 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
             wl[f"{key}_s"] = parse_time(wl.pop(key))
     member_list = [{"id": ids[m.name], "name": m.name, "addr": f"{m.address}:{NODE_PORT}"} for m in members]
     out = {}
+    keep = {members[0].name, *senders}
     for m in members:
+        if check_only and m.name not in keep:
+            continue
         cfg = {
             "name": m.name, "id": ids[m.name], "listen": f"{m.address}:{NODE_PORT}", "members": member_list,
             "protocol": params, "senders": [ids[s] for s in senders],

@@ -41,6 +41,16 @@ def _netns() -> set[str]:
                                                              "'udp', 'tcp' or 'mcast'"]),
     (PROTOCOL_BASE + "protocol: {gsgc: {subgroup: 1, step: 1s}, direct: {}}\n", ["bad.yaml:3: protocol:",
                                                                             "exactly one protocol"]),
+    # seed 001's protocols (issue #18): an unknown parameter, a committee larger than the group, a sender that is
+    # not a member, a multicast below the protocol's headers
+    (PROTOCOL_BASE + "protocol:\n  pbcast: {round: 100ms, bogus: 2}\n", ["bad.yaml:4: protocol.pbcast.bogus:",
+                                                                     "unknown key"]),
+    (PROTOCOL_BASE + "protocol:\n  vsync: {k: 20}\n", ["protocol.vsync.k:", "committee of 20 is larger than the group",
+                                                     "(9 members)"]),
+    (PROTOCOL_BASE + "protocol:\n  tradvsync: {window: 4}\nworkload: {senders: [h99], rate_per_s: 10}\n",
+     ["workload.senders:", "'h99'", "not members"]),
+    (PROTOCOL_BASE + "protocol:\n  vsync: {k: 2}\nworkload: {senders: [h3], rate_per_s: 10, size_bytes: 4}\n",
+     ["size_bytes 4 is below a vsync P_DATA message's headers"]),
     (PROTOCOL_BASE + "multicast:\n  groups:\n    - {name: g, address: 10.1.2.3}\n",
      ["bad.yaml:5: multicast.groups[0].address:", "not a multicast address"]),
 ])
