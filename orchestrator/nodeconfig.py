@@ -36,8 +36,9 @@ def choose_senders(exp: Experiment, plan: NetworkPlan) -> list[str]:
 def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Path,
                  check_only: bool = False) -> dict[str, dict]:
     """Each member's gossipnode config (JSON-ready), validated by the node's own model. Raises SpecError.
-    `check_only`: build and validate only the first member's and the senders' configs (the others differ from the
-    first only in names and addresses): what `prepare` checks for `up` and `run` before anything is built."""
+    `check_only`: build and validate only the first member's and the first sender's configs (the others differ from
+    these only in names, addresses and groups; each validation reads the whole member list): what `prepare` checks
+    for `up` and `run` before anything is built."""
     from gossipnode.config import NodeConfig
 
     members = plan.members
@@ -54,7 +55,7 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
             wl[f"{key}_s"] = parse_time(wl.pop(key))
     member_list = [{"id": ids[m.name], "name": m.name, "addr": f"{m.address}:{NODE_PORT}"} for m in members]
     out = {}
-    keep = {members[0].name, *senders}
+    keep = {members[0].name, *senders[:1]}
     for m in members:
         if check_only and m.name not in keep:
             continue
