@@ -146,20 +146,17 @@ def first_phase_miss(n: int, degree: int, loss: float, sender: int = 1) -> tuple
     from orchestrator.plan import tree_parents
 
     par = tree_parents(n, degree)
-    adj: dict[int, list[int]] = {i: [] for i in range(n)}
-    for i, q in enumerate(par):
-        if q is not None:
-            adj[i].append(q)
-            adj[q].append(i)
-    dist, frontier = {sender: 0}, [sender]
-    while frontier:
-        nxt = []
-        for u in frontier:
-            for v in adj[u]:
-                if v not in dist:
-                    dist[v] = dist[u] + 1
-                    nxt.append(v)
-        frontier = nxt
+    up_from_sender = {}                          # the sender's ancestors (itself included) -> hops up to them
+    v: int | None = sender
+    while v is not None:
+        up_from_sender[v] = len(up_from_sender)
+        v = par[v]
+    dist = {}
+    for u in range(n):                            # up from u to the first common ancestor, then down to the sender
+        w, steps = u, 0
+        while w not in up_from_sender:
+            w, steps = par[w], steps + 1          # type: ignore[assignment]
+        dist[u] = steps + up_from_sender[w]
     hops = [d for v, d in dist.items() if v != sender]
     if not hops:
         return 0.0, 0.0

@@ -315,3 +315,14 @@ def test_first_phase_miss_on_the_tree():
     # the mean path grows with n, so does the miss
     assert fm.first_phase_miss(128, 4, 0.01)[1] > fm.first_phase_miss(8, 4, 0.01)[1]
     assert fm._loss_fraction("0.1%") == pytest.approx(0.001) and fm._loss_fraction(None) is None
+
+
+def test_first_phase_hops_equal_networkx_shortest_paths():
+    nx = pytest.importorskip("networkx")
+    from orchestrator.plan import tree_parents
+
+    for n, sender in ((50, 1), (130, 7)):
+        g = nx.Graph([(i, q) for i, q in enumerate(tree_parents(n, 4)) if q is not None])
+        d = nx.single_source_shortest_path_length(g, sender)
+        want = sum(d[v] for v in range(n) if v != sender) / (n - 1)
+        assert fm.first_phase_miss(n, 4, 0.01, sender)[0] == pytest.approx(want)
