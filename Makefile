@@ -151,6 +151,12 @@ repro-qsm: setup
 	  --axis protocol.qsm.partition_size=1,2,3,8,16 --repetitions 2 --out $(REPRO_OUT)/qsm-figRloss --no-analyze
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9 $(REPRO_OUT)/qsm-figR $(REPRO_OUT)/qsm-figloss \
 	  $(REPRO_OUT)/qsm-figRloss --out $(REPRO_OUT)/results/qsm-fig9
+	$(ORCH) sweep topologies/qsm-fig1-sweep.yaml --out $(REPRO_OUT)/qsm-fig1 --no-analyze
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig1 --out $(REPRO_OUT)/results/qsm-fig1
+	$(ORCH) sweep topologies/qsm-fig16-sweep.yaml --out $(REPRO_OUT)/qsm-fig16 --no-analyze
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig16 --out $(REPRO_OUT)/results/qsm-fig16
+	$(ORCH) sweep topologies/qsm-fig15-sweep.yaml --out $(REPRO_OUT)/qsm-fig15 --no-analyze
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig15 --out $(REPRO_OUT)/results/qsm-fig15
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
