@@ -557,13 +557,10 @@ def bimodal_figure(agg: list[dict], path: Path) -> None:
 
 
 def seconds_of(v: Any) -> float | None:
-    """'500ms' / '1s' / 0.5 -> seconds (None stays None)."""
-    if v is None:
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    t = str(v).strip()
-    return float(t[:-2]) / 1000 if t.endswith("ms") else float(t[:-1]) if t.endswith("s") else float(t)
+    """'500ms' / '1s' / 0.5 -> seconds (None stays None): the experiment files' own parser."""
+    from orchestrator.units import parse_time
+
+    return None if v is None else parse_time(v)
 
 
 def vc_model(n: int, defer_s: float) -> float:

@@ -482,3 +482,13 @@ def open_frames(path: Path) -> list[bytes]:
         out.append(data[off + 16:off + 16 + cap])
         off += 16 + cap
     return out
+
+
+def write_event_logs(d: Path, events: list[dict]) -> None:
+    """events/<node>.jsonl per node under d, each ending in a torn line (a member killed mid-write)."""
+    (d / "events").mkdir(parents=True)
+    by: dict[str, list[dict]] = {}
+    for e in events:
+        by.setdefault(e["node"], []).append(e)
+    for node, es in by.items():
+        (d / "events" / f"{node}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in es) + '{"torn')

@@ -4,6 +4,8 @@ repetitions with Student-t intervals, the figures, and one check that the plain-
 pbcast Spark plug-in's (analysis/protocols/pbcast.py) on the same log."""
 from __future__ import annotations
 
+from tests.analysis import synthetic  # noqa: E402
+
 import json
 import random
 from pathlib import Path
@@ -72,12 +74,7 @@ def test_at_most_80_windows():
 
 
 def write_run(d: Path, events: list[dict], protocol: str, p: float, seed: int = 1) -> Path:
-    (d / "events").mkdir(parents=True)
-    by: dict[str, list[dict]] = {}
-    for e in events:
-        by.setdefault(e["node"], []).append(e)
-    for node, es in by.items():
-        (d / "events" / f"{node}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in es) + '{"torn')
+    synthetic.write_event_logs(d, events)
     sched = [{"at": "1s", "action": "perturb", "nodes": ["h5"], "p": p, "duration": "5s"}] if p else []
     spec = {"protocol": {protocol: {"window": 5}}, "workload": {"rate_per_s": 10}, "schedule": sched}
     (d / "manifest.json").write_text(json.dumps({"spec": spec, "seed": seed, "status": "completed", "t0_unix": 0.5,

@@ -4,6 +4,8 @@ the comments; the least-squares fits on points that lie exactly on a + b log2 n;
 directories."""
 from __future__ import annotations
 
+from tests.analysis import synthetic  # noqa: E402
+
 import csv
 import json
 import math
@@ -220,12 +222,7 @@ def test_aggregate_student_t_and_tables():
 # --- the CLI on synthetic run directories -------------------------------------------------------------------------
 
 def write_run(d: Path, events: list[dict], spec: dict, seed: int = 1) -> Path:
-    (d / "events").mkdir(parents=True)
-    by: dict[str, list[dict]] = {}
-    for e in events:
-        by.setdefault(e["node"], []).append(e)
-    for node, es in by.items():
-        (d / "events" / f"{node}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in es) + '{"torn')
+    synthetic.write_event_logs(d, events)
     (d / "manifest.json").write_text(json.dumps({"spec": spec, "seed": seed, "status": "completed", "t0_unix": 0.5,
                                                  "started_at": 0.0, "ended_at": 40.0}))
     return d
