@@ -92,6 +92,10 @@ def sweep(
                                       "oversubscribe the machine's cores or memory."),
     rerun_unfaithful: bool = typer.Option(False, "--rerun-unfaithful",
                                           help="Run again the finished points flagged unfaithful by their judges."),
+    measure_first: bool = typer.Option(False, "--measure-first",
+                                       help="With --parallel: when K does not fit on the fixed per-member CPU "
+                                            "estimate and no point of this sweep has run yet, run one point alone "
+                                            "and size the fit from what its members and delay line used."),
     max_hold_p99_ms: float = typer.Option(1.0, "--max-hold-p99-ms",
                                           help="Judge: a point whose delay line's hold error p99 exceeds this is "
                                                "unfaithful."),
@@ -109,7 +113,7 @@ def sweep(
         raise SpecError(f"--engine {engine!r}: spark or events")
     opts = _sweep_options(SweepOptions, out_dir, only, axis, repetitions, backend, shaper, strict_shaping, analyze,
                           master, engine=engine, parallel=parallel, rerun_unfaithful=rerun_unfaithful,
-                          max_hold_p99_ms=max_hold_p99_ms, max_lag_p99_ms=max_lag_p99_ms)
+                          measure_first=measure_first, max_hold_p99_ms=max_hold_p99_ms, max_lag_p99_ms=max_lag_p99_ms)
     t0 = time.monotonic()
     with PointsProgress() as progress:
         root, data = run_sweep(experiment, opts, parse_sets(set_), progress, progress.on_point)

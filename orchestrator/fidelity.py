@@ -327,7 +327,8 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     `verdict` is `unfaithful` when a judge exceeds its threshold (`reasons` says which), `faithful` when at least
     one judge was measured and none exceeds, `unjudged` when nothing could be measured. `delayline_cores` and
     `delayline_pkts_per_s` (over the daemon's uptime) tell the next `sweep --parallel` what a point's delay line
-    costs."""
+    costs, `member_cores_each` (the manifest's `member_cpu`: the member processes' CPU over their lifetime,
+    divided by the members) what its members cost."""
     from pathlib import Path
 
     d = Path(run_dir)
@@ -378,4 +379,15 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     timed = isinstance(up, (int, float)) and up > 0
     out["delayline_cores"] = cpu / up if timed and isinstance(cpu, (int, float)) else None
     out["delayline_pkts_per_s"] = pkts / up if timed and isinstance(pkts, (int, float)) else None
+    members = len(list((d / "configs").glob("*.json"))) if (d / "configs").is_dir() else 0
+    out["member_cores_each"] = member_cores_each(manifest, members)
     return out
+
+
+def member_cores_each(manifest: dict, members: int) -> float | None:
+    """Cores per member the run's member processes used (`member_cpu.cores` / members), or None when the run did
+    not measure it (older runs, Docker, hosts). Pure."""
+    cores = (manifest.get("member_cpu") or {}).get("cores")
+    if not isinstance(cores, (int, float)) or members <= 0:
+        return None
+    return cores / members

@@ -344,11 +344,13 @@ def member_count(doc: dict) -> int:
     return int(topo.get("nodes", 0))
 
 
-def point_need(doc: dict, pkt_hops_per_s: float | None = None, delayline_cores: float | None = None) -> PointNeed:
+def point_need(doc: dict, pkt_hops_per_s: float | None = None, delayline_cores: float | None = None,
+               member_cores: float | None = None) -> PointNeed:
     """What one point's lab needs while it runs: a process per member (or per `nodes.packing` members), ~40 MB
-    per member process, a little CPU per member, and the delay line's CPU when its load is known — measured
-    (`delayline_cores`, from a finished point's tc/delayline.json) or from a packet rate (packet-hops/s times the
-    delay line's cost per packet-hop)."""
+    per member process, CPU per member — measured (`member_cores`: cores per member of a finished point of the
+    sweep, its manifest's `member_cpu`) or else the fixed guess MEMBER_CPU — and the delay line's CPU when its
+    load is known — measured (`delayline_cores`, from a finished point's tc/delayline.json) or from a packet
+    rate (packet-hops/s times the delay line's cost per packet-hop)."""
     members = member_count(doc)
     packing = get_path(doc, "nodes.packing", "process")
     per = packing if isinstance(packing, int) and not isinstance(packing, bool) and packing > 1 else 1
@@ -358,7 +360,7 @@ def point_need(doc: dict, pkt_hops_per_s: float | None = None, delayline_cores: 
     dl = delayline_cores
     if dl is None and pkt_hops_per_s is not None:
         dl = pkt_hops_per_s * DELAYLINE_S_PER_HOP
-    cpu = LAB_CPU + members * MEMBER_CPU + (dl or 0.0)
+    cpu = LAB_CPU + members * (MEMBER_CPU if member_cores is None else member_cores) + (dl or 0.0)
     return PointNeed(members, processes, cpu, mem, dl)
 
 

@@ -67,6 +67,7 @@ class SweepOptions:
     retries: int = 2                           # runs again a point whose run is invalid (`run_problem`)
     parallel: int = 1                          # points at once (child processes, one lab per slot)
     rerun_unfaithful: bool = False             # run again the points whose fidelity judges failed
+    measure_first: bool = False                # --parallel refused on the CPU guess: run one point alone, re-fit
     max_hold_p99_ms: float = fid.MAX_HOLD_P99_MS
     max_lag_p99_ms: float = fid.MAX_LAG_P99_MS
     stop_timeout_s: float = 300.0              # --parallel, Ctrl-C: how long a child may take to stop and tear down
@@ -182,14 +183,23 @@ def machine() -> tuple[int, int]:
     return cores, mem
 
 
+def measured(points: dict) -> bool:
+    """Has any point of this sweep measured its members' CPU (fidelity `member_cores_each`)?"""
+    return any(isinstance(e.get("fidelity"), dict) and e["fidelity"].get("member_cores_each") is not None
+               for e in points.values())
+
+
 def check_fit(prepared: dict[str, tuple[dict, str]], todo: list[sw.Point], k: int, old_points: dict) -> sw.Fit:
-    """Refuse (SpecError, exit 2) K points at once that would not fit this machine. The delay line's load is taken
-    from the points of this sweep that ran before (their tc/delayline.json), when there are any."""
+    """Refuse (SpecError, exit 2) K points at once that would not fit this machine. The delay line's load and the
+    members' CPU are taken from the points of this sweep that ran before (their tc/delayline.json and the
+    manifest's member_cpu; the largest of each), when there are any."""
     judged = [e["fidelity"] for e in old_points.values() if isinstance(e.get("fidelity"), dict)]
     cores_ = [j["delayline_cores"] for j in judged if j.get("delayline_cores") is not None]
     rates = [j["delayline_pkts_per_s"] for j in judged if j.get("delayline_pkts_per_s") is not None]
+    each = [j["member_cores_each"] for j in judged if j.get("member_cores_each") is not None]
     dl, rate = (max(cores_) if cores_ else None), (max(rates) if rates else None)
-    needs = [sw.point_need(prepared[p.id][0], pkt_hops_per_s=rate, delayline_cores=dl) for p in todo]
+    needs = [sw.point_need(prepared[p.id][0], pkt_hops_per_s=rate, delayline_cores=dl,
+                           member_cores=max(each) if each else None) for p in todo]
     cores, mem = machine()
     f = sw.fit(needs, k, cores, mem)
     if not f.ok:
@@ -236,7 +246,19 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
     if opts.parallel > 1 and opts.backend not in LOCAL_BACKENDS:
         raise SpecError(f"--parallel {opts.parallel}: the {opts.backend} backend's labs share the same machines; "
                         f"parallel points need a backend whose labs are local ({', '.join(LOCAL_BACKENDS)})")
-    fits = check_fit(prepared, todo, opts.parallel, old) if opts.parallel > 1 and todo else None
+    fits, calibrate = None, False
+    if opts.parallel > 1 and todo:
+        try:
+            fits = check_fit(prepared, todo, opts.parallel, old)
+        except SpecError as exc:
+            # refused on the fixed per-member guess while nothing of this sweep was measured yet: with
+            # --measure-first run one point alone and size the fit from what it used (check_fit); else refuse
+            if measured(old) or len(todo) < 2:
+                raise
+            if not opts.measure_first:
+                raise SpecError(f"{exc}; the members' CPU is a fixed guess until a point of this sweep has run: "
+                                f"--measure-first runs one point alone and sizes the fit from it") from None
+            calibrate = True
     root.mkdir(parents=True, exist_ok=True)
     index = _Index(root / INDEX, header)
     skipped = len(points) - len(todo)
@@ -248,6 +270,16 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
     if on_point:
         on_point(skipped, len(points), sw.eta([], len(todo), guess), "", f"{skipped} finished before, skipped")
         if fits is not None:
+            on_point(skipped, len(points), sw.eta([], len(todo), guess), "", fits.message())
+    if calibrate:
+        if on_point:
+            on_point(skipped, len(points), sw.eta([], len(todo), guess), "",
+                     f"--parallel {opts.parallel} does not fit on the fixed estimate; running one point alone to "
+                     f"measure what a point costs")
+        _run_sequential(todo[:1], prepared, root, index, opts, progress, on_point, skipped, len(points))
+        skipped, todo = skipped + 1, todo[1:]
+        fits = check_fit(prepared, todo, opts.parallel, index.data.get("points", {}))
+        if on_point:
             on_point(skipped, len(points), sw.eta([], len(todo), guess), "", fits.message())
     if opts.parallel > 1:
         _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, skipped, len(points), where)

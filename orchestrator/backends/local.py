@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import procstat
 from orchestrator.backends.base import NodeDriver, StopReport
 from orchestrator.errors import OrchestratorError
 from orchestrator.rundir import tail
@@ -222,8 +223,15 @@ class LocalDriver(NodeDriver):
         if stats is not None:
             (run_dir / "tc" / "delayline.json").write_text(json.dumps(stats, indent=1))
 
+    def _member_cpu(self) -> dict | None:
+        """The CPU the running member processes used so far (orchestrator/procstat.py); only processes of this
+        machine (`subprocess.Popen`: Docker's handles are `docker exec` sessions, whose node runs elsewhere)."""
+        pids = [p.pid for p in self.nodes.values() if isinstance(p, subprocess.Popen) and p.poll() is None]
+        return procstat.processes_cpu(pids) if pids else None
+
     def stop(self) -> StopReport:
         run = self.ctx.run
+        member_cpu = self._member_cpu()
         self._stop_nodes()
         for name in self.configs:
             try:
@@ -237,4 +245,5 @@ class LocalDriver(NodeDriver):
             run.log(f"tc stats collection failed: {exc}")
         return StopReport(captures=[{"node": c.node, "ifname": c.ifname, "file": str(c.file.relative_to(run.path)),
                                      "captured": c.captured, "dropped_by_kernel": c.dropped}
-                                    for c in self.captures])
+                                    for c in self.captures],
+                          manifest={"member_cpu": member_cpu} if member_cpu else {})
