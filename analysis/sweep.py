@@ -169,7 +169,8 @@ def aggregate(rows: list[dict], values: tuple[str, ...] | None = None) -> list[d
     values = values or VALUES
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[r["group"]].append(r)
+        if r["group"] is not None:      # None: a selected point not run yet (listed apart, not a group of its own)
+            groups[r["group"]].append(r)
     out = []
     for g, rs in groups.items():
         first = rs[0]
@@ -512,7 +513,7 @@ def analyze_sweep(root: Path, master: str = "local[*]", engine: str = "spark") -
     runs_label = "runs (with TPR)" if first == "tpr_s" else "runs (measured)"
     runs_key = "runs_with_tpr" if first == "tpr_s" else "runs_measured"
     doc.add(Table([c[2:] for c in cols] + [runs_label] + [label for _, label in plugin.sweep_columns],
-                  [[r[c] for c in cols] + [f"{r['runs']} ({r[runs_key]})",
+                  [[r.get(c, "–") for c in cols] + [f"{r['runs']} ({r[runs_key]})",
                                            *[_pm(r, v) for v, _ in plugin.sweep_columns]] for r in agg]))
     for title, path in made:
         doc.add(Heading(1, title))
@@ -520,7 +521,8 @@ def analyze_sweep(root: Path, master: str = "local[*]", engine: str = "spark") -
     missing = [r["point"] for r in rows if r.get(first) is None]
     if missing:
         doc.add(Heading(1, f"Points without a {'TPR' if first == 'tpr_s' else 'measurement'}"))
-        doc.add(Para(", ".join(f"{p} ({next(r['status'] for r in rows if r['point'] == p)})" for p in missing)))
+        doc.add(Para(", ".join(f"{p} ({next(r['status'] for r in rows if r['point'] == p) or 'not run'})"
+                               for p in missing)))
     md, _ = write(doc, out, "sweep")
     return md
 
