@@ -26,3 +26,32 @@ def test_a_partly_run_sweep_is_analysed_and_names_the_points_not_run(tmp_path):
     agg = list(csv.DictReader((tmp_path / "analysis" / "summary.csv").open()))
     assert [(r["c.step"], r["runs"], r["runs_with_tpr"]) for r in agg] == [("4s", "1", "1"), ("6s", "1", "0")]
     assert "subgroup-3_step-9s_r0 (not run)" in text and "subgroup-3_step-6s_r0 (running)" in text
+
+
+def test_round_0_of_local_gossip_runs_from_the_common_start_to_the_first_global_s(tmp_path):
+    """§5: the paper's TPR of the local scheme is from the start of the protocol (every local group's round 0) to
+    the first S an SC constructs: here local rounds 0 start at 10.0 and 10.2, the first SC round (started 13.0
+    by h0) completes at 17.5, a later one at 16.0 by another SC (its own round 0 started at 12.5): 16.0 - 10.0."""
+    from .test_sweep_analysis import ev
+
+    d = tmp_path / "r"
+    (d / "events").mkdir(parents=True)
+    (d / "configs").mkdir()
+    groups = [{"members": [0, 1], "controllers": [0]}, {"members": [2, 3], "controllers": [2]}]
+    for i in range(4):
+        (d / "configs" / f"h{i}.json").write_text(json.dumps(
+            {"name": f"h{i}", "id": i, "wait_for_start": True,
+             "gsgc": {"subgroup": 1, "step_s": 0.7, "local_groups": groups}}))
+    lines = [ev(9.0, f"h{i}", "node_started") for i in range(4)]
+    lines += [ev(10.0, "h1", "round_started", level="local", round=0),
+              ev(10.2, "h3", "round_started", level="local", round=0),
+              ev(12.0, "h1", "round_completed", level="local", round=0, via="constructed", steps=3),
+              ev(12.4, "h3", "round_completed", level="local", round=0, via="constructed", steps=3),
+              ev(13.0, "h0", "round_started", level="sc", round=0),
+              ev(12.5, "h2", "round_started", level="sc", round=0),
+              ev(16.0, "h2", "round_completed", level="sc", round=0, via="constructed", steps=5),
+              ev(17.5, "h0", "round_completed", level="sc", round=0, via="constructed", steps=6)]
+    (d / "events" / "all.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    s = sa.events_summary(d)
+    assert s["tpr_first_round_s"] == 16.0 - 10.0
+    assert s["rounds"] == {"global": 0, "local": 2, "sc": 1}
