@@ -43,7 +43,7 @@ from analysis.run import write_csv
 from analysis.rundir import protocol_of
 from orchestrator.units import parse_time
 
-VALUES = ("tpr_s", "tpr_round0_s", "steps", "avg_queue", "max_queue", "queue_drops", "rounds")
+VALUES = ("tpr_s", "tpr_round0_s", "steps_round0", "steps", "avg_queue", "max_queue", "queue_drops", "rounds")
 
 
 def t975(df: int) -> float:
@@ -307,12 +307,13 @@ def events_summary(run_dir: Path) -> dict:
     # the paper's TPR proper: from a common start of the protocol to the first S (round 0, when every member
     # was running when it started, which `run` guarantees by starting the members together)
     first = next((r for r in steady if r["level"] == "global" and r["round"] == 0), None)
-    first_tpr = first["tpr_s"] if first else None
+    first_tpr, first_steps = (first["tpr_s"], first["steps"]) if first else (None, None)
     local0 = [r["started_ts"] for r in steady if r["level"] == "local" and r["round"] == 0]
-    sc_done = [r["started_ts"] + r["tpr_s"] for r in done if r["level"] == "sc"]
+    sc_done = sorted((r["started_ts"] + r["tpr_s"], r["steps"]) for r in done if r["level"] == "sc")
     if first is None and local0 and sc_done:
-        # local gossip (§5): from the common start (the local rounds 0) to the first global S an SC constructs
-        first_tpr = min(sc_done) - min(local0)
+        # local gossip (§5): from the common start (the local rounds 0) to the first global S an SC constructs;
+        # its steps are that SC round's (SC steps)
+        first_tpr, first_steps = sc_done[0][0] - min(local0), sc_done[0][1]
     q = run_queue_stats(run_dir)
     t0 = manifest.get("t0_unix") or 0.0
     crashed = {t: t0 + e["actual_s"] for e in orchestrator if isinstance(e, dict) and e.get("op") == "crash"
@@ -329,7 +330,7 @@ def events_summary(run_dir: Path) -> dict:
             "start_spread_s": (all_started - min(first_start.values())) if all_started else None,
             "steady": True, "tpr_rounds": len(tprs), "tpr_mean_s": statistics.fmean(tprs) if tprs else None,
             "tpr_values_s": tprs, "steps_values": steps,
-            "tpr_first_round_s": first_tpr,
+            "tpr_first_round_s": first_tpr, "steps_first_round": first_steps,
             "tpr_all_values_s": all_tprs, "steps_all_values": all_steps, "queue_drops": q["overflowed"], "queue": q,
             "rounds": {lvl: sum(1 for r in done if r["level"] == lvl) for lvl in ("global", "local", "sc")}}
 

@@ -252,7 +252,8 @@ class Gsgc(ProtocolAnalysis):
                        "tts_median_s", "gossip_msgs_per_member_s", "gossip_bytes_per_member_s",
                        "fd_latency_median_s", "false_declarations")
     sweep_columns = (("tpr_s", "TPR (s)"), ("steps", "steps/round"), ("avg_queue", "avg queue"),
-                     ("max_queue", "max queue"), ("queue_drops", "queue drops"), ("tpr_round0_s", "round-0 TPR (s)"))
+                     ("max_queue", "max queue"), ("queue_drops", "queue drops"), ("tpr_round0_s", "round-0 TPR (s)"),
+                     ("steps_round0", "round-0 steps"))
 
     def describe(self, run) -> str:
         p = run.params
@@ -396,7 +397,8 @@ class Gsgc(ProtocolAnalysis):
         from analysis.sweep import run_tpr
 
         tpr_s, steps, rounds = run_tpr(summary) if summary else (None, None, 0)
-        return {"tpr_s": tpr_s, "tpr_round0_s": summary.get("tpr_first_round_s"), "steps": steps, "rounds": rounds,
+        return {"tpr_s": tpr_s, "tpr_round0_s": summary.get("tpr_first_round_s"),
+                "steps_round0": summary.get("steps_first_round"), "steps": steps, "rounds": rounds,
                 "tpr_all_s": summary.get("tpr_mean_s"), "avg_queue": queue.get("avg_queue"),
                 "max_queue": queue.get("max_queue"), "queue_drops": summary.get("queue_drops")}
 

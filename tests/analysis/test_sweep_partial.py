@@ -53,5 +53,5 @@ def test_round_0_of_local_gossip_runs_from_the_common_start_to_the_first_global_
               ev(17.5, "h0", "round_completed", level="sc", round=0, via="constructed", steps=6)]
     (d / "events" / "all.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     s = sa.events_summary(d)
-    assert s["tpr_first_round_s"] == 16.0 - 10.0
+    assert s["tpr_first_round_s"] == 16.0 - 10.0 and s["steps_first_round"] == 5
     assert s["rounds"] == {"global": 0, "local": 2, "sc": 1}
