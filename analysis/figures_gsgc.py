@@ -400,9 +400,10 @@ def cmd_fig6(dirs: list[Path], out: Path, title: str | None, sim: str | None, e:
     doc.add(Heading(1, f"§4.3 window of near-minimum TPR per b (e = {e:g}, grid points only)"))
     doc.add(Para(f"s: the grid step with the lowest mean TPR f(s); the window: the contiguous grid steps around s "
                  f"whose mean TPR is <= (1 + e) f(s) (a step without a mean TPR ends it). Only the sweep's grid "
-                 f"points are tried — the paper's part II (Figure 11) probes steps in between, so the true window "
-                 f"may be wider by up to one grid spacing on each side; 'edge' marks a window that reaches the "
-                 f"grid's end."))
+                 f"points are tried — the paper's part II (Figure 11) probes steps in between, so each end of the "
+                 f"true window lies between the window's last grid step and the next grid step outside it (if the "
+                 f"curve has no dip between grid steps); 'edge' marks a window that reaches the grid's end, so it "
+                 f"may extend beyond the grid."))
     wrows = [[fmt(w["b"]), fmt(w["s"]), fmt(w["f_s"]), fmt(w["bound"]),
               "—" if w["lo"] is None else f"[{fmt(w['lo'])}, {fmt(w['hi'])}]"
               + (" (edge)" if w["lo_at_edge"] or w["hi_at_edge"] else ""),
