@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc
 setup: system venv docker-engine
 
 system:
@@ -151,12 +151,41 @@ repro-qsm: setup
 	  --axis protocol.qsm.partition_size=1,2,3,8,16 --repetitions 2 --out $(REPRO_OUT)/qsm-figRloss --no-analyze
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9 $(REPRO_OUT)/qsm-figR $(REPRO_OUT)/qsm-figloss \
 	  $(REPRO_OUT)/qsm-figRloss --out $(REPRO_OUT)/results/qsm-fig9
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=24,32,48 --out $(REPRO_OUT)/qsm-fig9-large --no-analyze
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=16 --axis links.loss=1% \
+	  --axis protocol.qsm.partition_size=5,8,16 --repetitions 2 --out $(REPRO_OUT)/qsm-figRloss5 --no-analyze
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=25 --axis protocol.qsm.partition_size=5,25 \
+	  --repetitions 2 --out $(REPRO_OUT)/qsm-fig13-25 --no-analyze
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9-large $(REPRO_OUT)/qsm-figRloss5 $(REPRO_OUT)/qsm-fig13-25 \
+	  --out $(REPRO_OUT)/results/qsm-fig9-more
 	$(ORCH) sweep topologies/qsm-fig1-sweep.yaml --out $(REPRO_OUT)/qsm-fig1 --no-analyze
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig1 --out $(REPRO_OUT)/results/qsm-fig1
 	$(ORCH) sweep topologies/qsm-fig16-sweep.yaml --out $(REPRO_OUT)/qsm-fig16 --no-analyze
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig16 --out $(REPRO_OUT)/results/qsm-fig16
 	$(ORCH) sweep topologies/qsm-fig15-sweep.yaml --out $(REPRO_OUT)/qsm-fig15 --no-analyze
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig15 --out $(REPRO_OUT)/results/qsm-fig15
+
+# GSGC (issue 17; docs/reproduction.md): the starting-points experiment, Figures 12-13 (global vs local on the
+# sparse 1000-node tree), Figure 6 (Simulation I, dense 200) at b = 3, 1, 5. Resumable; hours on 2 cores.
+GSGC_SIM1 := topologies/gsgc-sim1-dense-200.yaml
+GSGC_SWEEP := --engine events --no-analyze --parallel 3 --measure-first
+repro-gsgc: setup
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s,6s,9s \
+	  --axis protocol.gsgc.start_phase=per_step,fixed --axis duration=75s --axis nodes.packing=20 --repetitions 3 \
+	  $(GSGC_SWEEP) --out $(REPRO_OUT)/gsgc-startphase
+	$(ORCH) sweep topologies/gsgc-local-sparse-1000.yaml --only n=50 --only n=100 --only n=200 --only n=300 \
+	  --only n=500 --repetitions 2 --axis duration=150s --axis nodes.packing=25 --engine events --no-analyze \
+	  --parallel 2 --measure-first --out $(REPRO_OUT)/gsgc-fig12-13
+	@set -e; for spec in "3 2s,4s,6s,9s,12s 5 90s" "1 1s,2s,4s,6s,9s 3 150s" "5 2s,4s,6s,9s,12s 3 90s"; do \
+	  set -- $$spec; $(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=$$1 --axis protocol.gsgc.step=$$2 \
+	    --axis duration=$$4 --axis nodes.packing=20 --repetitions $$3 $(GSGC_SWEEP) --out $(REPRO_OUT)/gsgc-fig6-b$$1; \
+	done
+	@set -e; for d in gsgc-startphase gsgc-fig12-13 gsgc-fig6-b3 gsgc-fig6-b1 gsgc-fig6-b5; do \
+	  $(PY) -m analysis.sweep $(REPRO_OUT)/$$d --engine events; done
+	$(PY) -m analysis.figures_gsgc startphase $(REPRO_OUT)/gsgc-startphase --out $(REPRO_OUT)/results/gsgc-startphase
+	$(PY) -m analysis.figures_gsgc fig12_13 $(REPRO_OUT)/gsgc-fig12-13 --out $(REPRO_OUT)/results/gsgc-fig12-13
+	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig6-b1 $(REPRO_OUT)/gsgc-fig6-b3 $(REPRO_OUT)/gsgc-fig6-b5 \
+	  --sim I --out $(REPRO_OUT)/results/gsgc-fig6
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
