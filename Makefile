@@ -166,26 +166,32 @@ repro-qsm: setup
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig15 --out $(REPRO_OUT)/results/qsm-fig15
 
 # GSGC (issue 17; docs/reproduction.md): the starting-points experiment, Figures 12-13 (global vs local on the
-# sparse 1000-node tree), Figure 6 (Simulation I, dense 200) at b = 3, 1, 5. Resumable; hours on 2 cores.
+# sparse 1000-node tree; global at n = 500 with longer steps; the local scheme on 10x faster links, the isolating
+# run), Figure 6 (Simulation I, dense 200) at b = 3, and b = 3 at 4 s with the link rate scaled to the paper's
+# header bytes (the isolating run). Resumable; about 2.5 hours on 2 cores.
 GSGC_SIM1 := topologies/gsgc-sim1-dense-200.yaml
-GSGC_SWEEP := --engine events --no-analyze --parallel 3 --measure-first
+GSGC_LOCAL := topologies/gsgc-local-sparse-1000.yaml
+GSGC_SWEEP := --engine events --no-analyze --measure-first
 repro-gsgc: setup
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s,6s,9s \
 	  --axis protocol.gsgc.start_phase=per_step,fixed --axis duration=75s --axis nodes.packing=20 --repetitions 3 \
-	  $(GSGC_SWEEP) --out $(REPRO_OUT)/gsgc-startphase
-	$(ORCH) sweep topologies/gsgc-local-sparse-1000.yaml --only n=50 --only n=100 --only n=200 --only n=300 \
-	  --only n=500 --repetitions 2 --axis duration=150s --axis nodes.packing=25 --engine events --no-analyze \
-	  --parallel 2 --measure-first --out $(REPRO_OUT)/gsgc-fig12-13
-	@set -e; for spec in "3 2s,4s,6s,9s,12s 5 90s" "1 1s,2s,4s,6s,9s 3 150s" "5 2s,4s,6s,9s,12s 3 90s"; do \
-	  set -- $$spec; $(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=$$1 --axis protocol.gsgc.step=$$2 \
-	    --axis duration=$$4 --axis nodes.packing=20 --repetitions $$3 $(GSGC_SWEEP) --out $(REPRO_OUT)/gsgc-fig6-b$$1; \
-	done
-	@set -e; for d in gsgc-startphase gsgc-fig12-13 gsgc-fig6-b3 gsgc-fig6-b1 gsgc-fig6-b5; do \
+	  $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-startphase
+	$(ORCH) sweep $(GSGC_LOCAL) --only n=50 --only n=100 --only n=200 --only n=300 --only n=500 --repetitions 2 \
+	  --axis duration=150s --axis nodes.packing=25 $(GSGC_SWEEP) --parallel 2 --out $(REPRO_OUT)/gsgc-fig12-13
+	$(ORCH) sweep $(GSGC_LOCAL) --only n=100 --only n=200 --only n=500 --repetitions 1 --axis links.rate=300kbit \
+	  --axis duration=150s --axis nodes.packing=25 $(GSGC_SWEEP) --parallel 2 --out $(REPRO_OUT)/gsgc-fig13-fastlinks
+	$(ORCH) sweep $(GSGC_LOCAL) --only scheme=global --only n=500 --axis protocol.gsgc.step=5s,8s --repetitions 1 \
+	  --axis duration=180s --axis nodes.packing=25 $(GSGC_SWEEP) --parallel 2 --out $(REPRO_OUT)/gsgc-fig12-global500
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
+	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s --axis links.rate=33100bit \
+	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3-bytes
+	@set -e; for d in gsgc-startphase gsgc-fig12-13 gsgc-fig13-fastlinks gsgc-fig12-global500 gsgc-fig6-b3 gsgc-fig6-b3-bytes; do \
 	  $(PY) -m analysis.sweep $(REPRO_OUT)/$$d --engine events; done
 	$(PY) -m analysis.figures_gsgc startphase $(REPRO_OUT)/gsgc-startphase --out $(REPRO_OUT)/results/gsgc-startphase
 	$(PY) -m analysis.figures_gsgc fig12_13 $(REPRO_OUT)/gsgc-fig12-13 --out $(REPRO_OUT)/results/gsgc-fig12-13
-	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig6-b1 $(REPRO_OUT)/gsgc-fig6-b3 $(REPRO_OUT)/gsgc-fig6-b5 \
-	  --sim I --out $(REPRO_OUT)/results/gsgc-fig6
+	$(PY) -m analysis.figures_gsgc fig12_13 $(REPRO_OUT)/gsgc-fig13-fastlinks --out $(REPRO_OUT)/results/gsgc-fig13-fastlinks
+	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig6-b3 --sim I --out $(REPRO_OUT)/results/gsgc-fig6
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
