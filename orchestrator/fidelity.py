@@ -340,9 +340,10 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
         out["hold_p99_ms"] = hold * 1000
     manifest = _read_json(d / "manifest.json") or {}
     t0 = manifest.get("t0_unix")
-    if isinstance(t0, (int, float)) and (d / "configs").is_dir():
+    cfg_files = sorted((d / "configs").glob("*.json")) if (d / "configs").is_dir() else []
+    if isinstance(t0, (int, float)) and cfg_files:
         lags = []
-        for cfg_file in sorted((d / "configs").glob("*.json")):
+        for cfg_file in cfg_files:
             cfg = _read_json(cfg_file) or {}
             if not cfg.get("wait_for_start"):
                 continue                        # a joiner (started by the schedule) or a run without a common start
@@ -379,8 +380,7 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     timed = isinstance(up, (int, float)) and up > 0
     out["delayline_cores"] = cpu / up if timed and isinstance(cpu, (int, float)) else None
     out["delayline_pkts_per_s"] = pkts / up if timed and isinstance(pkts, (int, float)) else None
-    members = len(list((d / "configs").glob("*.json"))) if (d / "configs").is_dir() else 0
-    out["member_cores_each"] = member_cores_each(manifest, members)
+    out["member_cores_each"] = member_cores_each(manifest, len(cfg_files))
     return out
 
 

@@ -62,6 +62,15 @@ def test_disabled_writes_nothing():
     assert out.getvalue() == ""
 
 
+def _read_pty(master: int) -> bytes | None:
+    """The next output on the terminal's master side, or None once every writer has closed it."""
+    try:
+        data = os.read(master, 65536)
+    except OSError:           # the writers closed the terminal
+        return None
+    return data or None
+
+
 def _in_a_terminal(argv: list[str], timeout_s: float = 1500) -> tuple[int, str]:
     """Run argv with stdout and stderr on a pseudo-terminal (as in a user's shell); (exit status, output)."""
     master, slave = pty.openpty()
@@ -74,11 +83,8 @@ def _in_a_terminal(argv: list[str], timeout_s: float = 1500) -> tuple[int, str]:
         while time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 1.0)
             if ready:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:       # the child closed the terminal
-                    break
-                if not data:
+                data = _read_pty(master)
+                if data is None:
                     break
                 chunks.append(data)
             elif proc.poll() is not None:
@@ -114,13 +120,7 @@ def _in_this_process_on_a_terminal(call) -> tuple[object, str]:
     chunks: list[bytes] = []
 
     def read() -> None:
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:          # every writer closed the terminal
-                return
-            if not data:
-                return
+        while (data := _read_pty(master)) is not None:
             chunks.append(data)
 
     reader = threading.Thread(target=read, name="pty-reader", daemon=True)

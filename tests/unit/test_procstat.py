@@ -84,13 +84,15 @@ def test_local_driver_measures_its_running_processes_only():
 
     from orchestrator.backends.local import LocalDriver
 
-    busy = subprocess.Popen([sys.executable, "-c", "import time; sum(range(3_000_000)); time.sleep(60)"])
+    # spins until it has used 0.2 s of CPU (however fast the machine, however busy), then sleeps
+    busy = subprocess.Popen([sys.executable, "-c",
+                             "import time\nwhile time.process_time() < 0.2: pass\ntime.sleep(60)"])
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         done.wait(timeout=60)
         drv = LocalDriver.__new__(LocalDriver)
         drv.nodes = {"h0": busy, "h1": busy, "h2": done, "h3": SimpleNamespace(pid=1, poll=lambda: None)}
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         out = drv._member_cpu()
         while out["cpu_s"] < 0.05 and time.monotonic() < deadline:    # until the busy loop has run a little
             time.sleep(0.2)
