@@ -188,6 +188,12 @@ def tune(
                                               "or spark (analysis.run, full per-run reports, minutes)."),
     json_: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="NAME=VALUE for Jinja2 experiment templates."),
+    parallel: int = typer.Option(1, "--parallel", "-j", min=1,
+                                 help="Run up to K of one step interval's --reps runs at once (as sweep "
+                                      "--parallel: refused, exit 2, when K would not fit the machine)."),
+    measure_first: bool = typer.Option(False, "--measure-first",
+                                       help="With --parallel: when K does not fit on the fixed per-member CPU "
+                                            "estimate, run the first run alone and size the fit from it."),
 ) -> None:
     """The GSGC paper's adaptive method (§4.3, Figures 10-11): golden-ratio search for a near-minimum-TPR step
     interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
@@ -207,7 +213,8 @@ def tune(
         raise SpecError(f"--duration {duration!r}: must be positive")
     opts = _sweep_options(TuneOptions, out_dir, None, None, None, backend, shaper, strict_shaping, True, master,
                           param=param, a0=a0, b0=b0, g=g, e=e, p=p, resolution=resolution, upper=upper,
-                          steps_per_run=steps_per_run, reps=reps, duration=dur_s, metric=metric)
+                          steps_per_run=steps_per_run, reps=reps, duration=dur_s, metric=metric,
+                          parallel=parallel, measure_first=measure_first)
     spark_holder: dict = {}
 
     if engine not in ("spark", "events"):

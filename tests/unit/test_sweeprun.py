@@ -143,6 +143,28 @@ def test_tune_runs_the_search_on_measured_points(exp_file, tmp_path, monkeypatch
     assert len(saved["evaluations"]) == len(res.evaluations)
 
 
+def test_tune_hands_each_step_intervals_repetitions_to_the_runner_at_once(exp_file, tmp_path, monkeypatch):
+    """`tune --parallel K`: the --reps runs of one f(x) go to run_points in one call with the options, so up to K
+    of them run at once (run_points' --parallel; the fit and --measure-first are its own, tested with it)."""
+    calls = []
+
+    def fake_run_points(base, points, root, header, opts, progress=None, on_point=None, where="sweep"):
+        calls.append(([p.id for p in points], opts.parallel, opts.measure_first))
+        return {"points": {p.id: {"id": p.id, "coords": dict(p.coords), "status": "completed"} for p in points}}
+
+    monkeypatch.setattr(sr, "run_points", fake_run_points)
+
+    def measure(root, entries):
+        return [30 + (float(e["coords"]["step"].rstrip("s")) - 9) ** 2 / 4 for e in entries]
+
+    opts = sr.TuneOptions(out=tmp_path / "tn", a0=0, b0=20, g=2, e=0.1, p=1, reps=5, parallel=3, measure_first=True)
+    root, res = sr.run_tune(exp_file, opts, measure)
+    assert len(calls) == len(res.evaluations) >= 5
+    for ids, parallel, first in calls:
+        assert len(ids) == 5 and len({i.rsplit("_r", 1)[0] for i in ids}) == 1     # 5 runs of one step interval
+        assert (parallel, first) == (3, True)
+
+
 def _run_dir(tmp_path: Path, starts: dict[str, float | None], rounds: list[tuple[float, float]] = ((110, 115),),
              common_start: bool = False) -> Path:
     """A run directory: members started at `starts` (None: never), global rounds (started, constructed)."""
