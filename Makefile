@@ -167,10 +167,11 @@ repro-qsm: setup
 
 # GSGC (issue 17; docs/reproduction.md): the starting-points experiment, Figures 12-13 (global vs local on the
 # sparse 1000-node tree; global at n = 500 with longer steps; the local scheme on 10x faster links, the isolating
-# run), Figure 6 (Simulation I, dense 200) at b = 3, and b = 3 at 4 s with the link rate scaled to the paper's
-# header bytes (the isolating run). Resumable; about 2.5 hours on 2 cores.
+# run), Figure 6 (Simulation I, dense 200) at b = 1..5, b = 3 at 4 s with the link rate scaled to the paper's
+# header bytes (the isolating run), and Figure 8 (Simulation II) at b = 3. Resumable; about 4.5 hours on 2 cores.
 GSGC_SIM1 := topologies/gsgc-sim1-dense-200.yaml
 GSGC_LOCAL := topologies/gsgc-local-sparse-1000.yaml
+GSGC_SIM2 := topologies/gsgc-sim2-dense-200.yaml
 GSGC_SWEEP := --engine events --no-analyze --measure-first
 repro-gsgc: setup
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s,6s,9s \
@@ -186,12 +187,25 @@ repro-gsgc: setup
 	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s --axis links.rate=33100bit \
 	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3-bytes
-	@set -e; for d in gsgc-startphase gsgc-fig12-13 gsgc-fig13-fastlinks gsgc-fig12-global500 gsgc-fig6-b3 gsgc-fig6-b3-bytes; do \
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=5 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
+	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b5
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=1 --axis protocol.gsgc.step=1s,2s,3s,4s,6s \
+	  --axis duration=120s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b1
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=2 --only protocol.gsgc.subgroup=4 \
+	  --axis protocol.gsgc.step=2s,4s,6s,9s,12s --axis duration=90s --axis nodes.packing=20 --repetitions 5 \
+	  $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b24
+	$(ORCH) sweep $(GSGC_SIM2) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
+	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig8-b3
+	@set -e; for d in gsgc-startphase gsgc-fig12-13 gsgc-fig13-fastlinks gsgc-fig12-global500 gsgc-fig6-b3 gsgc-fig6-b3-bytes \
+	  gsgc-fig6-b1 gsgc-fig6-b24 gsgc-fig6-b5 gsgc-fig8-b3; do \
 	  $(PY) -m analysis.sweep $(REPRO_OUT)/$$d --engine events; done
 	$(PY) -m analysis.figures_gsgc startphase $(REPRO_OUT)/gsgc-startphase --out $(REPRO_OUT)/results/gsgc-startphase
 	$(PY) -m analysis.figures_gsgc fig12_13 $(REPRO_OUT)/gsgc-fig12-13 --out $(REPRO_OUT)/results/gsgc-fig12-13
 	$(PY) -m analysis.figures_gsgc fig12_13 $(REPRO_OUT)/gsgc-fig13-fastlinks --out $(REPRO_OUT)/results/gsgc-fig13-fastlinks
 	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig6-b3 --sim I --out $(REPRO_OUT)/results/gsgc-fig6
+	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig6-b1 $(REPRO_OUT)/gsgc-fig6-b24 $(REPRO_OUT)/gsgc-fig6-b3 \
+	  $(REPRO_OUT)/gsgc-fig6-b5 --sim I --out $(REPRO_OUT)/results/gsgc-fig6-all
+	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig8-b3 --sim II --out $(REPRO_OUT)/results/gsgc-fig8
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
