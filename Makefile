@@ -187,12 +187,12 @@ repro-gsgc: setup
 	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s --axis links.rate=33100bit \
 	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3-bytes
-	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=5 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=5 --axis protocol.gsgc.step=2s,4s,6s,9s,12s,15s \
 	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b5
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=1 --axis protocol.gsgc.step=1s,2s,3s,4s,6s \
 	  --axis duration=120s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b1
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=2 --only protocol.gsgc.subgroup=4 \
-	  --axis protocol.gsgc.step=2s,4s,6s,9s,12s --axis duration=90s --axis nodes.packing=20 --repetitions 5 \
+	  --axis protocol.gsgc.step=2s,4s,6s,9s,12s,15s --axis duration=90s --axis nodes.packing=20 --repetitions 5 \
 	  $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b24
 	$(ORCH) sweep $(GSGC_SIM2) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
 	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig8-b3
