@@ -331,8 +331,8 @@ def fig_vs_step(agg: list[dict], line_key, label_of, path: Path, title: str, sim
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:   # (B)'s curves sit above ~25 s: its legend goes below them
+            ax.legend(fontsize=7, **({"loc": "lower center", "ncol": 2} if ax is ax2 else {}))
     fig.suptitle(title + " — mean ± 95 % CI; k/n: runs with a value", fontsize=9)
     return _save(fig, path)
 
