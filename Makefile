@@ -173,6 +173,8 @@ GSGC_SIM1 := topologies/gsgc-sim1-dense-200.yaml
 GSGC_LOCAL := topologies/gsgc-local-sparse-1000.yaml
 GSGC_SIM2 := topologies/gsgc-sim2-dense-200.yaml
 GSGC_SWEEP := --engine events --no-analyze --measure-first
+# Figures 6 and 8: 200 members packed 20 per process, 5 runs per point, three labs at once
+GSGC_DENSE := --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3
 repro-gsgc: setup
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s,6s,9s \
 	  --axis protocol.gsgc.start_phase=per_step,fixed --axis duration=75s --axis nodes.packing=20 --repetitions 3 \
@@ -184,18 +186,17 @@ repro-gsgc: setup
 	$(ORCH) sweep $(GSGC_LOCAL) --only scheme=global --only n=500 --axis protocol.gsgc.step=5s,8s --repetitions 1 \
 	  --axis duration=180s --axis nodes.packing=25 $(GSGC_SWEEP) --parallel 2 --out $(REPRO_OUT)/gsgc-fig12-global500
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
-	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3
+	  --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig6-b3
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=4s --axis links.rate=33100bit \
-	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b3-bytes
+	  --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig6-b3-bytes
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=5 --axis protocol.gsgc.step=2s,4s,6s,9s,12s,15s \
-	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b5
+	  --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig6-b5
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=1 --axis protocol.gsgc.step=1s,2s,3s,4s,6s \
-	  --axis duration=120s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b1
+	  --axis duration=120s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig6-b1
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=2 --only protocol.gsgc.subgroup=4 \
-	  --axis protocol.gsgc.step=2s,4s,6s,9s,12s,15s --axis duration=90s --axis nodes.packing=20 --repetitions 5 \
-	  $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig6-b24
+	  --axis protocol.gsgc.step=2s,4s,6s,9s,12s,15s --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig6-b24
 	$(ORCH) sweep $(GSGC_SIM2) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
-	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 $(GSGC_SWEEP) --parallel 3 --out $(REPRO_OUT)/gsgc-fig8-b3
+	  --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig8-b3
 	@set -e; for d in gsgc-startphase gsgc-fig12-13 gsgc-fig13-fastlinks gsgc-fig12-global500 gsgc-fig6-b3 gsgc-fig6-b3-bytes \
 	  gsgc-fig6-b1 gsgc-fig6-b24 gsgc-fig6-b5 gsgc-fig8-b3; do \
 	  $(PY) -m analysis.sweep $(REPRO_OUT)/$$d --engine events; done
