@@ -62,10 +62,11 @@ class PointsProgress(BarProgress):
             self.bar.console.print(status)
 
 
-def _sweep_options(cls, out_dir, only, axis, repetitions, backend, shaper, strict, analyze, master, **kw):
+def _sweep_options(cls, out_dir, only, axis, repetitions, backend, shaper, strict, analyze, master,
+                   axis_flag="--axis", **kw):
     from orchestrator.sweeprun import parse_axis_option
 
-    axes = dict(parse_axis_option(a) for a in axis or [])
+    axes = dict(parse_axis_option(a, axis_flag) for a in axis or [])
     return cls(out=out_dir, only=list(only or []), axes=axes, repetitions=repetitions,
                backend=getattr(backend, "value", backend), shaper=getattr(shaper, "value", shaper), strict=strict, analyze=analyze, master=master, **kw)
 
@@ -194,6 +195,8 @@ def tune(
     measure_first: bool = typer.Option(False, "--measure-first",
                                        help="With --parallel: when K does not fit on the fixed per-member CPU "
                                             "estimate, run the first run alone and size the fit from it."),
+    fix: Optional[List[str]] = typer.Option(None, "--fix", help="PATH=VALUE set in every run (repeatable), e.g. "
+                                                                "nodes.packing=20: a sweep's one-valued --axis."),
 ) -> None:
     """The GSGC paper's adaptive method (§4.3, Figures 10-11): golden-ratio search for a near-minimum-TPR step
     interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
@@ -211,10 +214,10 @@ def tune(
         raise SpecError(f"--duration: {exc}") from None
     if dur_s is not None and dur_s <= 0:
         raise SpecError(f"--duration {duration!r}: must be positive")
-    opts = _sweep_options(TuneOptions, out_dir, None, None, None, backend, shaper, strict_shaping, True, master,
+    opts = _sweep_options(TuneOptions, out_dir, None, fix, None, backend, shaper, strict_shaping, True, master,
                           param=param, a0=a0, b0=b0, g=g, e=e, p=p, resolution=resolution, upper=upper,
                           steps_per_run=steps_per_run, reps=reps, duration=dur_s, metric=metric,
-                          parallel=parallel, measure_first=measure_first)
+                          parallel=parallel, measure_first=measure_first, axis_flag="--fix")
     spark_holder: dict = {}
 
     if engine not in ("spark", "events"):

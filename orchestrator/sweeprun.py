@@ -82,14 +82,14 @@ def load_base(path: str | Path, variables: dict[str, Any] | None = None) -> dict
     return parse_document(read_input(path, "experiment"), str(path), variables)
 
 
-def parse_axis_option(item: str) -> tuple[str, list[Any]]:
+def parse_axis_option(item: str, flag: str = "--axis") -> tuple[str, list[Any]]:
     """`--axis protocol.gsgc.step=2s,5s,9s` → ("protocol.gsgc.step", ["2s", "5s", "9s"]); numbers stay numbers."""
     if "=" not in item:
-        raise SpecError(f"--axis {item!r}: expected PATH=V1,V2,...")
+        raise SpecError(f"{flag} {item!r}: expected PATH=V1,V2,...")
     key, vals = item.split("=", 1)
     values = [yaml.safe_load(v) for v in vals.split(",") if v != ""]
     if not values:
-        raise SpecError(f"--axis {item!r}: no values")
+        raise SpecError(f"{flag} {item!r}: no values")
     return key, values
 
 
@@ -653,6 +653,9 @@ def tune_points(base: dict, opts: TuneOptions, x: float) -> list[sw.Point]:
     """The runs measuring f(x): `reps` repetitions with the parameter set to x seconds (and the duration)."""
     spec = sw.parse_sweep({"axes": {opts.param: [f"{_fmt_x(x)}s"]}, "repetitions": opts.reps})
     pts = sw.expand(spec, base)
+    fixed = tuple((k, v[0]) for k, v in opts.axes.items())      # --fix PATH=VALUE: the same in every run
+    if fixed:
+        pts = [sw.Point(p.id, p.coords, p.rep, p.sets + fixed) for p in pts]
     if opts.steps_per_run or opts.duration:
         dur = opts.duration or parse_time(base.get("duration", "60s"))
         if opts.steps_per_run:
@@ -666,12 +669,17 @@ def run_tune(path: str | Path, opts: TuneOptions, measure: Callable[[Path, list[
              on_eval: Callable[[float, float, list], None] | None = None) -> tuple[Path, TuneResult]:
     """The adaptive search with f(x) = the mean of `measure(root, entries)` (one TPR per finished run of x,
     None for a run in which no round completed: f is infinite if no run completed one)."""
+    for key, values in opts.axes.items():
+        if len(values) != 1 or key in (opts.param, "duration"):
+            raise SpecError(f"--fix {key}: one value, and not the tuned parameter or the duration "
+                            "(--duration, --steps-per-run)")
     base = load_base(path, variables)
     sw.get_path(base, opts.param)
     root = (opts.out or default_dir(base, path, "tune")).resolve()
     header = {"kind": "tune", "experiment_file": str(path), "variables": variables or {}, "param": opts.param,
               "inputs": {k: getattr(opts, k) for k in ("a0", "b0", "g", "e", "p", "resolution", "upper",
-                                                        "steps_per_run", "reps", "duration", "metric")}}
+                                                        "steps_per_run", "reps", "duration", "metric")},
+              "fixed": {k: v[0] for k, v in opts.axes.items()}}
     evaluations: list[dict] = []
 
     def f(x: float) -> float:

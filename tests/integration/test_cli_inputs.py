@@ -99,6 +99,8 @@ def test_graph_writes_dot_and_png(tmp_path):
     (["--duration", "0s"], ["--duration '0s'", "positive"]),
     (["--reps", "0"], ["--reps must be at least 1"]),
     (["--parallel", "0"], ["Invalid value for '--parallel'"]),
+    (["--fix", "nodes.packing"], ["--fix 'nodes.packing': expected PATH="]),
+    (["--fix", "duration=60s"], ["--fix duration: one value", "--duration"]),
 ])
 def test_bad_tune_options_are_exit_2_before_any_run(tmp_path, args, words):
     f = tmp_path / "ok.yaml"

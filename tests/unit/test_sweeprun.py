@@ -221,3 +221,13 @@ def test_tune_duration_replaces_the_experiments_before_steps_per_run():
     assert dict(sr.tune_points(base, opts, 5.0)[0].sets)["duration"] == "60s"
     assert dict(sr.tune_points(base, opts, 12.5)[0].sets)["duration"] == "100s"
     assert "duration" not in dict(sr.tune_points(base, sr.TuneOptions(), 2.0)[0].sets)
+
+
+def test_tune_fix_sets_a_path_in_every_run_and_refuses_the_tuned_one(tmp_path, exp_file):
+    base = {"duration": "30s", "seed": 1, "protocol": {"gsgc": {"step": "1s"}}}
+    pts = sr.tune_points(base, sr.TuneOptions(reps=2, axes={"nodes.packing": [20]}), 3.0)
+    assert [dict(p.sets) for p in pts] == [{"protocol.gsgc.step": "3s", "seed": s, "nodes.packing": 20}
+                                           for s in (1, 2)]
+    for axes in ({"protocol.gsgc.step": ["2s"]}, {"duration": ["60s"]}, {"nodes.packing": [10, 20]}):
+        with pytest.raises(SpecError, match="--fix"):
+            sr.run_tune(exp_file, sr.TuneOptions(out=tmp_path / "tn", axes=axes), lambda root, entries: [])
