@@ -15,15 +15,19 @@ not run yet (no point group in points.csv) are listed apart.
     .venv/bin/python -m analysis.figures_gsgc fig6 DIR [DIR ...] --out OUT [--title T] [--sim I|II] [--e 0.1]
     .venv/bin/python -m analysis.figures_gsgc startphase DIR [DIR ...] --out OUT [--title T]
     .venv/bin/python -m analysis.figures_gsgc fig12_13 DIR [DIR ...] --out OUT [--title T] [--scheme global]
+    .venv/bin/python -m analysis.figures_gsgc sims --sim1 DIR [DIR ...] --sim2 DIR [DIR ...] --out OUT [--e 0.1]
 
-Outputs under OUT (STEM = fig6, fig8 with --sim II, startphase, fig12_13):
+Outputs under OUT (STEM = fig6, fig8 with --sim II, startphase, fig12_13, sims):
 - STEM_runs.csv: the pooled rows, one per run, with the sweep directory and the derived b, step_s, n, scheme,
   start phase, tpr (tpr_round0_s), steps (steps_round0);
 - STEM.csv: per group the counts, mean, CI half-width and number of values of TPR and steps, the member counts
   and durations pooled;
 - STEM.md / STEM.html: the tables and the figure; STEM.png: the figure;
 - fig6 also STEM_window.csv: per b the §4.3 window from the measured means (`window`); startphase also
-  startphase_welch.csv: per (b, step) and pair of start phases the difference of the means and Welch's t-test.
+  startphase_welch.csv: per (b, step) and pair of start phases the difference of the means and Welch's t-test;
+- sims (Simulation II against I, Figure 8 against Figure 6): sims.csv per (b, step) measured in both, the two
+  means and CIs, II - I and Welch's t-test; sims_window.csv: per b and simulation the §4.3 window on the grid;
+  sims.png: TPR against the step, a panel per b, both simulations.
 """
 from __future__ import annotations
 
@@ -236,6 +240,22 @@ def phase_tests(agg: list[dict]) -> list[dict[str, Any]]:
     return out
 
 
+def sim_tests(agg1: list[dict], agg2: list[dict]) -> list[dict[str, Any]]:
+    """Per (b, step) measured in both simulations (agg rows keyed by b and step_s): each one's runs with a TPR,
+    TPR mean ± CI and mean steps, and `welch`(II, I) of the TPR: diff = mean(II) - mean(I)."""
+    one = {(r["b"], r["step_s"]): r for r in agg1}
+    two = {(r["b"], r["step_s"]): r for r in agg2}
+    out = []
+    for k in sorted(set(one) & set(two), key=_key_sort):
+        r1, r2 = one[k], two[k]
+        t = welch(r2["tpr_values"], r1["tpr_values"])
+        out.append({"b": k[0], "step_s": k[1], "n_1": t["n_b"], "n_2": t["n_a"],
+                    "tpr_1": r1["tpr_mean"], "ci_1": r1["tpr_ci95"], "steps_1": r1["steps_mean"],
+                    "tpr_2": r2["tpr_mean"], "ci_2": r2["tpr_ci95"], "steps_2": r2["steps_mean"],
+                    "diff": t["diff"], "t": t["t"], "df": t["df"], "p": t["p"]})
+    return out
+
+
 # --- output helpers --------------------------------------------------------------------------------------------
 
 def pm(m: float | None, ci: float | None) -> str:
@@ -368,6 +388,32 @@ def fig_vs_n(rows: list[dict], agg: list[dict], path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
+def fig_sims(agg1: list[dict], agg2: list[dict], path: Path, title: str) -> Path:
+    """TPR against the step interval, a panel per b (shared TPR axis), Simulation I and II with 95 % CI bars."""
+    from analysis.figures import _save, plt
+    bs = sorted({r["b"] for r in agg1 + agg2 if r["b"] is not None})
+    fig, axes = plt.subplots(1, max(len(bs), 1), figsize=(2.6 * max(len(bs), 2), 3.6), sharey=True, squeeze=False)
+    for ax, b in zip(axes[0], bs):
+        for agg, label, color in ((agg1, "Simulation I", "C0"), (agg2, "Simulation II", "C3")):
+            pts = sorted((r for r in agg if r["b"] == b and r["step_s"] is not None), key=lambda r: r["step_s"])
+            _errorbar(ax, pts, "tpr", color=color, label=label)
+            _annotate_missing(ax, pts, "tpr", color)
+        ax.set(xlabel="step interval (s)", title=f"b = {b}")
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+    tops = [r["tpr_mean"] + (r["tpr_ci95"] or 0) for r in agg1 + agg2 if r["tpr_mean"] is not None]
+    axes[0][0].set_ylim(0, 1.08 * max(tops) if tops else 1)       # shared: after every panel is drawn
+    axes[0][0].set_ylabel("TPR (s)")
+    labels: dict[str, Any] = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            labels.setdefault(lab, h)
+    if labels:
+        axes[0][-1].legend(list(labels.values()), list(labels), fontsize=7, loc="lower right")
+    fig.suptitle(title + " — mean ± 95 % CI; k/n: runs with a TPR", fontsize=9)
+    return _save(fig, path)
+
+
 # --- the subcommands -------------------------------------------------------------------------------------------
 
 def _table_counts(r: dict) -> list[Any]:
@@ -491,6 +537,47 @@ def cmd_fig12_13(dirs: list[Path], out: Path, title: str | None, scheme: str = "
     return {"rows": rows, "agg": agg}
 
 
+def cmd_sims(dirs1: list[Path], dirs2: list[Path], out: Path, title: str | None, e: float = E) -> dict[str, Any]:
+    rows1, rows2 = load_points(dirs1), load_points(dirs2)
+    title = title or "Simulation II against Simulation I (Figure 8 against Figure 6)"
+    agg1, agg2 = aggregate(rows1, ("b", "step_s")), aggregate(rows2, ("b", "step_s"))
+    tests = sim_tests(agg1, agg2)
+    wins = [{"sim": sim, **w} for sim, agg in (("I", agg1), ("II", agg2)) for w in windows_per_b(agg, e)]
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "sims_runs.csv", [{"sim": sim, **r} for sim, rows in (("I", rows1), ("II", rows2))
+                                      for r in _runs_csv(rows)])
+    write_csv(out / "sims.csv", tests)
+    write_csv(out / "sims_window.csv", wins)
+    png = fig_sims(agg1, agg2, out / "sims.png", title)
+    doc = Doc(title)
+    doc.add(Para(f"Simulation I: {', '.join(f'`{d}`' for d in dirs1)}; Simulation II: "
+                 f"{', '.join(f'`{d}`' for d in dirs2)}. TPR: `tpr_round0_s` (the paper's, one round from the "
+                 f"common start to the first S). Runs the fidelity judges call unfaithful are kept: I "
+                 f"{sum(r['unfaithful'] for r in rows1)}, II {sum(r['unfaithful'] for r in rows2)}."))
+    doc.add(Heading(1, "Per sub-group size b and step interval measured in both"))
+    doc.add(Para("Mean ± half-width of the 95 % confidence interval (Student t); II - I: the difference of the means "
+                 "with Welch's unequal-variance t-test (two-sided p; '—' with fewer than 2 values on a side)."))
+    doc.add(Table(["b", "step (s)", "runs I / II", "TPR I (s)", "steps I", "TPR II (s)", "steps II",
+                   "II - I (s)", "t", "p"],
+                  [[fmt(t["b"]), fmt(t["step_s"]), f"{t['n_1']} / {t['n_2']}", pm(t["tpr_1"], t["ci_1"]),
+                    fmt(t["steps_1"]), pm(t["tpr_2"], t["ci_2"]), fmt(t["steps_2"]), fmt(t["diff"]), fmt(t["t"]),
+                    fmt(t["p"])] for t in tests]))
+    only = sorted({(r["b"], r["step_s"]) for r in agg1} ^ {(r["b"], r["step_s"]) for r in agg2}, key=_key_sort)
+    if only:
+        doc.add(Para("Measured in one simulation only (b, step): " + ", ".join(f"({fmt(b)}, {fmt(x)} s)"
+                                                                            for b, x in only)))
+    doc.add(Heading(1, f"§4.3 window per b and simulation (e = {e:g}, grid points only)"))
+    doc.add(Table(["b", "simulation", "s (s)", "f(s) (s)", "window (s)", "grid (s)"],
+                  [[fmt(w["b"]), w["sim"], fmt(w["s"]), fmt(w["f_s"]),
+                    "—" if w["lo"] is None else f"[{fmt(w['lo'])}, {fmt(w['hi'])}]"
+                    + (" (edge)" if w["lo_at_edge"] or w["hi_at_edge"] else ""), fmt(w["grid"])]
+                   for w in sorted(wins, key=lambda w: (_key_sort((w["b"],)), w["sim"]))]))
+    doc.add(Heading(1, "Figure"))
+    doc.add(Figure(png, f"{title}: TPR against the step interval per b, mean ± 95 % CI"))
+    write(doc, out, "sims")
+    return {"tests": tests, "windows": wins, "agg": agg1 + agg2}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.figures_gsgc", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -501,8 +588,13 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("startphase", help="per start phase: TPR and steps against the step, Welch's t-test")
     f12 = sub.add_parser("fig12_13", help="Figures 12 / 13: TPR against n, global and local gossip")
     f12.add_argument("--scheme", default="global", help="the scheme of rows without a scheme coordinate")
-    for p in (f6, sp, f12):
-        p.add_argument("dirs", nargs="+", type=Path, help="sweep directories (with analysis/points.csv)")
+    sims = sub.add_parser("sims", help="Simulation II against I per b and step: both means, Welch's t-test")
+    sims.add_argument("--sim1", nargs="+", type=Path, required=True, help="Simulation I sweep directories")
+    sims.add_argument("--sim2", nargs="+", type=Path, required=True, help="Simulation II sweep directories")
+    sims.add_argument("--e", type=float, default=E, help="§4.3's fluctuation index (default 0.1)")
+    for p in (f6, sp, f12, sims):
+        if p is not sims:
+            p.add_argument("dirs", nargs="+", type=Path, help="sweep directories (with analysis/points.csv)")
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--title", default=None)
     a = ap.parse_args(argv)
@@ -513,6 +605,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"b={w['b']}: s={fmt(w['s'])} f(s)={fmt(w['f_s'])} window=[{fmt(w['lo'])}, {fmt(w['hi'])}]")
         elif a.cmd == "startphase":
             res = cmd_startphase(a.dirs, a.out, a.title)
+        elif a.cmd == "sims":
+            res = cmd_sims(a.sim1, a.sim2, a.out, a.title, a.e)
+            for t in res["tests"]:
+                print(f"b={fmt(t['b'])} step={fmt(t['step_s'])}: I {pm(t['tpr_1'], t['ci_1'])} "
+                      f"II {pm(t['tpr_2'], t['ci_2'])} II-I {fmt(t['diff'])} p {fmt(t['p'])}")
+            print(f"written under {a.out}")
+            return 0
         else:
             res = cmd_fig12_13(a.dirs, a.out, a.title, a.scheme)
     except NoPoints as exc:

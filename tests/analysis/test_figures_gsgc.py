@@ -219,3 +219,30 @@ def test_exit_2_without_points_csv(cmd, sweep_b3, tmp_path, capsys):
     assert str(missing) in err and "analysis/points.csv" in err
     assert f"run python -m analysis.sweep {missing} --engine events first" in err
     assert not out.exists()
+
+
+def test_sims_compares_the_two_simulations_per_b_and_step(tmp_path):
+    one = write_points(tmp_path / "s1", [
+        run(tpr=36, steps=9, rep=0), run(tpr=38, steps=9, rep=1), run(tpr=40, steps=10, rep=2),
+        run(step="9s", tpr=31, steps=3, rep=0), run(step="12s", tpr=33, steps=3, rep=0)])
+    two = write_points(tmp_path / "s2", [
+        run(tpr=30, steps=7, rep=0), run(tpr=32, steps=8, rep=1), run(tpr=34, steps=9, rep=2),
+        run(step="9s", tpr=30, steps=3, rep=0), run(b=1, step="3s", tpr=26, steps=9, rep=0)])
+    out = tmp_path / "out"
+    assert fg.main(["sims", "--sim1", str(one), "--sim2", str(two), "--out", str(out)]) == 0
+    assert (out / "sims.png").stat().st_size > 1000
+    t4, t9 = read_csv(out / "sims.csv")
+    assert (t4["b"], t4["step_s"], t4["n_1"], t4["n_2"]) == ("3", "4.0", "3", "3")
+    # II - I = 32 - 38 = -6 with variances 4 and 4 on 3 runs each: the hand-worked Welch case above
+    assert float(t4["diff"]) == pytest.approx(-6.0) and float(t4["p"]) == pytest.approx(0.0213116, rel=1e-5)
+    assert float(t4["ci_2"]) == pytest.approx(CI3)
+    assert (t9["step_s"], float(t9["diff"]), t9["p"]) == ("9.0", -1.0, "")     # one run a side: no test
+    wins = {(w["sim"], w["b"]): w for w in read_csv(out / "sims_window.csv")}
+    assert (wins[("I", "3")]["s"], wins[("I", "3")]["lo"], wins[("I", "3")]["hi"]) == ("9.0", "9.0", "12.0")
+    assert (wins[("II", "3")]["s"], wins[("II", "3")]["lo"]) == ("9.0", "4.0")     # 32 <= 1.1 x 30
+    assert wins[("I", "3")]["lo"] == "9.0"                                          # 38 > 1.1 x 31
+    assert ("II", "1") in wins
+    md = (out / "sims.md").read_text()
+    assert "| 3 | 4 | 3 / 3 | 38 ± 4.968 | 9.333 | 32 ± 4.968 | 8 | -6 |" in md
+    assert "one simulation only (b, step): (1, 3 s), (3, 12 s)" in md
+    assert len(read_csv(out / "sims_runs.csv")) == 10
