@@ -16,6 +16,7 @@ not run yet (no point group in points.csv) are listed apart.
     .venv/bin/python -m analysis.figures_gsgc startphase DIR [DIR ...] --out OUT [--title T]
     .venv/bin/python -m analysis.figures_gsgc fig12_13 DIR [DIR ...] --out OUT [--title T] [--scheme global]
     .venv/bin/python -m analysis.figures_gsgc sims --sim1 DIR [DIR ...] --sim2 DIR [DIR ...] --out OUT [--e 0.1]
+    .venv/bin/python -m analysis.figures_gsgc tune TUNE.json [TUNE.json ...] --out OUT [--grid DIR ...] [--b 3]
 
 Outputs under OUT (STEM = fig6, fig8 with --sim II, startphase, fig12_13, sims):
 - STEM_runs.csv: the pooled rows, one per run, with the sweep directory and the derived b, step_s, n, scheme,
@@ -27,7 +28,11 @@ Outputs under OUT (STEM = fig6, fig8 with --sim II, startphase, fig12_13, sims):
   startphase_welch.csv: per (b, step) and pair of start phases the difference of the means and Welch's t-test;
 - sims (Simulation II against I, Figure 8 against Figure 6): sims.csv per (b, step) measured in both, the two
   means and CIs, II - I and Welch's t-test; sims_window.csv: per b and simulation the §4.3 window on the grid;
-  sims.png: TPR against the step, a panel per b, both simulations.
+  sims.png: TPR against the step, a panel per b, both simulations;
+- tune (the adaptive method's runs, `orchestrator tune`'s tune.json): tune.csv per evaluated step interval in
+  search order, f(x) = the mean TPR with its 95 % CI over the runs, whether x lies in the window found; tune.png:
+  f(x) with the runs as dots and the search order, the window found, the paper's window and, with --grid, the
+  same b's curve measured on a sweep grid.
 """
 from __future__ import annotations
 
@@ -578,6 +583,105 @@ def cmd_sims(dirs1: list[Path], dirs2: list[Path], out: Path, title: str | None,
     return {"tests": tests, "windows": wins, "agg": agg1 + agg2}
 
 
+def load_tune(path: Path) -> dict[str, Any]:
+    """A tune.json as `orchestrator tune` writes it; NoPoints when it is missing or has no result yet."""
+    import json
+    try:
+        d = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise NoPoints(f"{path}: not a readable tune.json ({exc})") from None
+    if not d.get("result"):
+        raise NoPoints(f"{path}: the search has not finished (no result)")
+    return d
+
+
+def tune_rows(d: dict, label: str) -> list[dict[str, Any]]:
+    """Per evaluated step interval, in search order: its phase, x, f(x) as recorded, and the runs' TPR values with
+    their mean ± 95 % CI (f(x) is their mean: a run without a TPR is left out of both)."""
+    res = d["result"]
+    lo, hi = res["window"]
+    runs_at = {round(ev["x"], 6): [r.get("tpr_s") for r in ev.get("runs", [])] for ev in d["evaluations"]}
+    out = []
+    for ev in sorted(res["evaluations"], key=lambda e: e["order"]):
+        vals = runs_at.get(round(ev["x"], 6), [])
+        tprs = [v for v in vals if v is not None]
+        m, ci = mean_ci(tprs)
+        out.append({"tune": label, "order": ev["order"], "phase": ev["phase"], "x": ev["x"], "f": ev["fx"],
+                    "runs": len(vals), "runs_with_tpr": len(tprs), "tpr_mean": m, "tpr_ci95": ci,
+                    "tpr_min": min(tprs, default=None), "tpr_max": max(tprs, default=None),
+                    "in_window": lo <= ev["x"] <= hi, "tpr_values": tprs})
+    return out
+
+
+def fig_tune(tunes: list[tuple[str, dict, list[dict]]], grid: list[dict], b: int, path: Path, title: str) -> Path:
+    from analysis.figures import _save, plt
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    p = PAPER_SIM1_B3
+    ax.axvspan(*p["window"], color="grey", alpha=0.12, label="paper's window, b = 3: [4, 10] s")
+    ax.plot([p["s"]], [p["f_s"]], "*", color="k", ms=12, label="paper: 28.6 s at 9 s")
+    if grid:
+        pts = sorted((r for r in grid if r["b"] == b and r["step_s"] is not None), key=lambda r: r["step_s"])
+        _errorbar(ax, pts, "tpr", color="C7", ls="--", label=f"sweep grid, b = {b}: mean ± 95 % CI")
+    for i, (label, d, rows) in enumerate(tunes):
+        color = f"C{i % 10}"
+        res = d["result"]
+        ax.axvline(res["window"][0], color=color, ls=":", lw=1)
+        ax.axvline(res["window"][1], color=color, ls=":", lw=1)
+        dots = [(r["x"], v) for r in rows for v in r["tpr_values"]]
+        ax.plot([x for x, _ in dots], [v for _, v in dots], ".", color=color, alpha=0.35, ms=5)
+        ax.errorbar([r["x"] for r in rows if r["tpr_mean"] is not None],
+                    [r["tpr_mean"] for r in rows if r["tpr_mean"] is not None],
+                    yerr=[r["tpr_ci95"] or 0 for r in rows if r["tpr_mean"] is not None], fmt="o", color=color,
+                    ms=4, capsize=3, label=f"{label}: f(x) ± 95 % CI, window [{fmt(res['window'][0])}, "
+                                           f"{fmt(res['window'][1])}] s (dotted)")
+        for r in rows:
+            if r["tpr_mean"] is not None:
+                ax.annotate(str(r["order"]), (r["x"], r["tpr_mean"]), fontsize=6, color=color,
+                            xytext=(3, -9), textcoords="offset points")
+        ax.plot([res["s"]], [res["f_s"]], "D", color=color, ms=7, mfc="none")
+    ax.set(xlabel="step interval x (s)", ylabel="TPR (s)", title=title)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return _save(fig, path)
+
+
+def cmd_tune(files: list[Path], out: Path, title: str | None, grid_dirs: list[Path], b: int) -> dict[str, Any]:
+    tunes = []
+    for f in files:
+        d = load_tune(f)
+        label = f"{Path(f).parent.name if Path(f).name == 'tune.json' else Path(f).stem} " \
+                f"({d['inputs'].get('reps')} run(s) per x)"
+        tunes.append((label, d, tune_rows(d, label)))
+    grid = aggregate(load_points(grid_dirs), ("b", "step_s")) if grid_dirs else []
+    title = title or "The adaptive method (§4.3, Figures 10-11) on measured runs"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [r for _, _, rs in tunes for r in rs]
+    write_csv(out / "tune.csv", [{k: v for k, v in r.items() if k != "tpr_values"} for r in rows])
+    png = fig_tune(tunes, grid, b, out / "tune.png", title)
+    doc = Doc(title)
+    for label, d, rs in tunes:
+        res, inp = d["result"], d["inputs"]
+        doc.add(Heading(1, label))
+        doc.add(Para(f"`{d.get('experiment_file')}`, {d.get('param')}; inputs a0 = {fmt(inp.get('a0'))}, b0 = "
+                     f"{fmt(inp.get('b0'))}, g = {fmt(inp.get('g'))}, e = {fmt(inp.get('e'))}, p = "
+                     f"{fmt(inp.get('p'))} s; {inp.get('reps')} run(s) per step interval, metric "
+                     f"{inp.get('metric')}; fixed: {d.get('fixed') or '—'}. Result: s = {fmt(res['s'])} s, f(s) = "
+                     f"{fmt(res['f_s'])} s, window [{fmt(res['window'][0])}, {fmt(res['window'][1])}] s (Part I "
+                     f"{res['part1_iterations']} iterations, Part II {res['part2_iterations']})."))
+        doc.add(Table(["order", "phase", "x (s)", "f(x) (s)", "runs / with TPR", "TPR mean ± 95 % CI", "min",
+                       "max", "in window"],
+                      [[r["order"], r["phase"], fmt(r["x"]), fmt(r["f"]), f"{r['runs']} / {r['runs_with_tpr']}",
+                        pm(r["tpr_mean"], r["tpr_ci95"]), fmt(r["tpr_min"]), fmt(r["tpr_max"]),
+                        "yes" if r["in_window"] else ""] for r in rs]))
+    doc.add(Para("The paper (§4.3, Simulation I, b = 3): s = 9 s, f(s) = 28.6 s, window [4, 10] s."))
+    doc.add(Heading(1, "Figure"))
+    doc.add(Figure(png, f"{title}: f(x) per evaluated step interval (numbers: search order), the runs as dots"))
+    write(doc, out, "tune")
+    return {"rows": rows, "tunes": tunes}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.figures_gsgc", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -592,8 +696,12 @@ def main(argv: list[str] | None = None) -> int:
     sims.add_argument("--sim1", nargs="+", type=Path, required=True, help="Simulation I sweep directories")
     sims.add_argument("--sim2", nargs="+", type=Path, required=True, help="Simulation II sweep directories")
     sims.add_argument("--e", type=float, default=E, help="§4.3's fluctuation index (default 0.1)")
-    for p in (f6, sp, f12, sims):
-        if p is not sims:
+    tn = sub.add_parser("tune", help="the adaptive method's evaluations from tune.json file(s), with a figure")
+    tn.add_argument("files", nargs="+", type=Path, help="tune.json files (orchestrator tune)")
+    tn.add_argument("--grid", nargs="*", type=Path, default=[], help="sweep directories: the same b on a grid")
+    tn.add_argument("--b", type=int, default=3, help="the sub-group size of the --grid curve (default 3)")
+    for p in (f6, sp, f12, sims, tn):
+        if p not in (sims, tn):
             p.add_argument("dirs", nargs="+", type=Path, help="sweep directories (with analysis/points.csv)")
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--title", default=None)
@@ -605,6 +713,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"b={w['b']}: s={fmt(w['s'])} f(s)={fmt(w['f_s'])} window=[{fmt(w['lo'])}, {fmt(w['hi'])}]")
         elif a.cmd == "startphase":
             res = cmd_startphase(a.dirs, a.out, a.title)
+        elif a.cmd == "tune":
+            res = cmd_tune(a.files, a.out, a.title, a.grid, a.b)
+            for label, d, _ in res["tunes"]:
+                r = d["result"]
+                print(f"{label}: s={fmt(r['s'])} f(s)={fmt(r['f_s'])} window=[{fmt(r['window'][0])}, "
+                      f"{fmt(r['window'][1])}]")
+            print(f"written under {a.out}")
+            return 0
         elif a.cmd == "sims":
             res = cmd_sims(a.sim1, a.sim2, a.out, a.title, a.e)
             for t in res["tests"]:

@@ -246,3 +246,36 @@ def test_sims_compares_the_two_simulations_per_b_and_step(tmp_path):
     assert "| 3 | 4 | 3 / 3 | 38 ± 4.968 | 9.333 | 32 ± 4.968 | 8 | -6 |" in md
     assert "one simulation only (b, step): (1, 3 s), (3, 12 s)" in md
     assert len(read_csv(out / "sims_runs.csv")) == 10
+
+
+def _tune_json(path: Path, finished: bool = True) -> Path:
+    import json
+    evs = [(0, "part1", 7.64, [30.0, 32.0, 34.0]), (1, "part1", 12.36, [36.0, 38.0, None]),
+           (2, "s", 7.43, [29.0, 31.0, 33.0])]
+    d = {"kind": "tune", "experiment_file": "e.yaml", "param": "protocol.gsgc.step", "fixed": {"nodes.packing": 20},
+         "inputs": {"a0": 0, "b0": 20, "g": 2, "e": 0.1, "p": 1, "reps": 3, "metric": "round0"},
+         "evaluations": [{"x": x, "f": sum(v for v in vs if v) / len([v for v in vs if v]),
+                          "runs": [{"point": f"p{i}", "tpr_s": v} for i, v in enumerate(vs)]} for _, _, x, vs in evs],
+         "result": {"s": 7.43, "f_s": 31.0, "window": [6.43, 10.43], "part1_iterations": 2, "part2_iterations": 0,
+                    "evaluations": [{"x": x, "fx": sum(v for v in vs if v) / len([v for v in vs if v]),
+                                     "phase": ph, "order": o} for o, ph, x, vs in evs]} if finished else None}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(d))
+    return path
+
+
+def test_tune_table_and_figure_from_tune_json(tmp_path, sweep_b3):
+    f = _tune_json(tmp_path / "r5" / "tune.json")
+    out = tmp_path / "out"
+    assert fg.main(["tune", str(f), "--grid", str(sweep_b3), "--out", str(out)]) == 0
+    assert (out / "tune.png").stat().st_size > 1000
+    rows = read_csv(out / "tune.csv")
+    assert [(r["order"], r["x"], r["in_window"]) for r in rows] == [("0", "7.64", "True"), ("1", "12.36", "False"),
+                                                                     ("2", "7.43", "True")]
+    assert float(rows[0]["tpr_mean"]) == pytest.approx(32.0) and float(rows[0]["tpr_ci95"]) == pytest.approx(CI3)
+    assert (rows[1]["runs"], rows[1]["runs_with_tpr"], float(rows[1]["tpr_mean"])) == ("3", "2", 37.0)
+    md = (out / "tune.md").read_text()
+    assert "r5 (3 run(s) per x)" in md and "window [6.43, 10.43] s" in md and "nodes.packing" in md
+    assert "| 0 | part1 | 7.64 | 32 | 3 / 3 | 32 ± 4.968 | 30 | 34 | yes |" in md
+    unfinished = _tune_json(tmp_path / "run" / "tune.json", finished=False)
+    assert fg.main(["tune", str(unfinished), "--out", str(tmp_path / "o2")]) == 2
