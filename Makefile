@@ -168,7 +168,9 @@ repro-qsm: setup
 # GSGC (issue 17; docs/reproduction.md): the starting-points experiment, Figures 12-13 (global vs local on the
 # sparse 1000-node tree; global at n = 500 with longer steps; the local scheme on 10x faster links, the isolating
 # run), Figure 6 (Simulation I, dense 200) at b = 1..5, b = 3 at 4 s with the link rate scaled to the paper's
-# header bytes (the isolating run), and Figure 8 (Simulation II) at b = 3. Resumable; about 4.5 hours on 2 cores.
+# header bytes (the isolating run), Figure 8 (Simulation II) at b = 1..5, the adaptive method with the paper's
+# inputs (5 runs per step interval) and the local scheme at longer steps on 30 kbit/s links. Resumable; about 6.5
+# hours on 2 cores.
 GSGC_SIM1 := topologies/gsgc-sim1-dense-200.yaml
 GSGC_LOCAL := topologies/gsgc-local-sparse-1000.yaml
 GSGC_SIM2 := topologies/gsgc-sim2-dense-200.yaml
@@ -197,8 +199,18 @@ repro-gsgc: setup
 	  --axis protocol.gsgc.step=2s,4s,6s,9s,12s,15s --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig6-b24
 	$(ORCH) sweep $(GSGC_SIM2) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
 	  --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig8-b3
+	$(ORCH) sweep $(GSGC_SIM2) --only protocol.gsgc.subgroup=1 --only protocol.gsgc.subgroup=2 \
+	  --axis protocol.gsgc.step=2s,3s,6s --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig8-b12
+	$(ORCH) sweep $(GSGC_SIM2) --only protocol.gsgc.subgroup=4 --only protocol.gsgc.subgroup=5 \
+	  --axis protocol.gsgc.step=4s,9s,12s --axis duration=90s $(GSGC_DENSE) --out $(REPRO_OUT)/gsgc-fig8-b45
+	$(ORCH) tune $(GSGC_SIM1) --param protocol.gsgc.step --a0 0 --b0 20 --g 2 --e 0.1 --p 1 --metric round0 \
+	  --reps 5 --parallel 3 --measure-first --duration 60s --steps-per-run 4 --fix nodes.packing=20 --engine events \
+	  --out $(REPRO_OUT)/tune-sim1-dense200-round0-r5
+	$(ORCH) sweep $(GSGC_LOCAL) --only scheme=local --only n=200 --only n=500 --repetitions 1 \
+	  --axis protocol.gsgc.step=2s,4s --axis protocol.gsgc.sc_step=1s,2s --axis duration=150s \
+	  --axis nodes.packing=25 $(GSGC_SWEEP) --parallel 2 --out $(REPRO_OUT)/gsgc-fig13-localsteps
 	@set -e; for d in gsgc-startphase gsgc-fig12-13 gsgc-fig13-fastlinks gsgc-fig12-global500 gsgc-fig6-b3 gsgc-fig6-b3-bytes \
-	  gsgc-fig6-b1 gsgc-fig6-b24 gsgc-fig6-b5 gsgc-fig8-b3; do \
+	  gsgc-fig6-b1 gsgc-fig6-b24 gsgc-fig6-b5 gsgc-fig8-b3 gsgc-fig8-b12 gsgc-fig8-b45 gsgc-fig13-localsteps; do \
 	  $(PY) -m analysis.sweep $(REPRO_OUT)/$$d --engine events; done
 	$(PY) -m analysis.figures_gsgc startphase $(REPRO_OUT)/gsgc-startphase --out $(REPRO_OUT)/results/gsgc-startphase
 	$(PY) -m analysis.figures_gsgc fig12_13 $(REPRO_OUT)/gsgc-fig12-13 --out $(REPRO_OUT)/results/gsgc-fig12-13
@@ -207,6 +219,13 @@ repro-gsgc: setup
 	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig6-b1 $(REPRO_OUT)/gsgc-fig6-b24 $(REPRO_OUT)/gsgc-fig6-b3 \
 	  $(REPRO_OUT)/gsgc-fig6-b5 --sim I --out $(REPRO_OUT)/results/gsgc-fig6-all
 	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig8-b3 --sim II --out $(REPRO_OUT)/results/gsgc-fig8
+	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig8-b12 $(REPRO_OUT)/gsgc-fig8-b3 $(REPRO_OUT)/gsgc-fig8-b45 \
+	  --sim II --out $(REPRO_OUT)/results/gsgc-fig8-all
+	$(PY) -m analysis.figures_gsgc sims --sim1 $(REPRO_OUT)/gsgc-fig6-b1 $(REPRO_OUT)/gsgc-fig6-b24 \
+	  $(REPRO_OUT)/gsgc-fig6-b3 $(REPRO_OUT)/gsgc-fig6-b5 --sim2 $(REPRO_OUT)/gsgc-fig8-b12 $(REPRO_OUT)/gsgc-fig8-b3 \
+	  $(REPRO_OUT)/gsgc-fig8-b45 --out $(REPRO_OUT)/results/gsgc-sims
+	$(PY) -m analysis.figures_gsgc tune $(REPRO_OUT)/tune-sim1-dense200-round0-r5/tune.json \
+	  --grid $(REPRO_OUT)/gsgc-fig6-b3 --out $(REPRO_OUT)/results/gsgc-tune
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
