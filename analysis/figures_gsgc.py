@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import statistics
 import sys
@@ -305,6 +306,13 @@ def _not_run_para(doc: Doc, rows: list[dict]) -> None:
         doc.add(Para(", ".join(f"{r['point']} ({Path(r['sweep']).name})" for r in nr)))
 
 
+def _window_cell(w: dict) -> str:
+    """A `window` as '[lo, hi]', '(edge)' when it reaches the grid's end, '—' without one."""
+    if w["lo"] is None:
+        return "—"
+    return f"[{fmt(w['lo'])}, {fmt(w['hi'])}]" + (" (edge)" if w["lo_at_edge"] or w["hi_at_edge"] else "")
+
+
 def _mixed_warning(doc: Doc, agg: list[dict], what: str) -> None:
     mixed = [r for r in agg if len(r["members"]) > 1 or len(r["durations"]) > 1]
     if mixed:
@@ -456,9 +464,7 @@ def cmd_fig6(dirs: list[Path], out: Path, title: str | None, sim: str | None, e:
                  f"curve has no dip between grid steps); 'edge' marks a window that reaches the grid's end, so it "
                  f"may extend beyond the grid."))
     wrows = [[fmt(w["b"]), fmt(w["s"]), fmt(w["f_s"]), fmt(w["bound"]),
-              "—" if w["lo"] is None else f"[{fmt(w['lo'])}, {fmt(w['hi'])}]"
-              + (" (edge)" if w["lo_at_edge"] or w["hi_at_edge"] else ""),
-              fmt(w["tpr_max_in_window"]), fmt(w["grid"])] for w in wins]
+              _window_cell(w), fmt(w["tpr_max_in_window"]), fmt(w["grid"])] for w in wins]
     if sim == "I":
         p = PAPER_SIM1_B3
         wrows.append(["3 (paper)", fmt(p["s"]), fmt(p["f_s"]), fmt((1 + e) * p["f_s"]), "[4, 10]",
@@ -573,9 +579,7 @@ def cmd_sims(dirs1: list[Path], dirs2: list[Path], out: Path, title: str | None,
                                                                             for b, x in only)))
     doc.add(Heading(1, f"§4.3 window per b and simulation (e = {e:g}, grid points only)"))
     doc.add(Table(["b", "simulation", "s (s)", "f(s) (s)", "window (s)", "grid (s)"],
-                  [[fmt(w["b"]), w["sim"], fmt(w["s"]), fmt(w["f_s"]),
-                    "—" if w["lo"] is None else f"[{fmt(w['lo'])}, {fmt(w['hi'])}]"
-                    + (" (edge)" if w["lo_at_edge"] or w["hi_at_edge"] else ""), fmt(w["grid"])]
+                  [[fmt(w["b"]), w["sim"], fmt(w["s"]), fmt(w["f_s"]), _window_cell(w), fmt(w["grid"])]
                    for w in sorted(wins, key=lambda w: (_key_sort((w["b"],)), w["sim"]))]))
     doc.add(Heading(1, "Figure"))
     doc.add(Figure(png, f"{title}: TPR against the step interval per b, mean ± 95 % CI"))
@@ -585,7 +589,6 @@ def cmd_sims(dirs1: list[Path], dirs2: list[Path], out: Path, title: str | None,
 
 def load_tune(path: Path) -> dict[str, Any]:
     """A tune.json as `orchestrator tune` writes it; NoPoints when it is missing or has no result yet."""
-    import json
     try:
         d = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -700,9 +703,9 @@ def main(argv: list[str] | None = None) -> int:
     tn.add_argument("files", nargs="+", type=Path, help="tune.json files (orchestrator tune)")
     tn.add_argument("--grid", nargs="*", type=Path, default=[], help="sweep directories: the same b on a grid")
     tn.add_argument("--b", type=int, default=3, help="the sub-group size of the --grid curve (default 3)")
+    for p in (f6, sp, f12):
+        p.add_argument("dirs", nargs="+", type=Path, help="sweep directories (with analysis/points.csv)")
     for p in (f6, sp, f12, sims, tn):
-        if p not in (sims, tn):
-            p.add_argument("dirs", nargs="+", type=Path, help="sweep directories (with analysis/points.csv)")
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--title", default=None)
     a = ap.parse_args(argv)
