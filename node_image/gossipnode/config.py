@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .model import Strict
 from .protocols import names as _protocol_names
+from .vclock import MAX_DILATION, VirtualClock
 
 # Every protocol's parameter model (`protocols/<name>/params.py`'s `PARAMS`); `name` is the discriminator.
 _PARAMS = tuple(importlib.import_module(f"gossipnode.protocols.{n}.params").PARAMS for n in _protocol_names())
@@ -96,6 +97,21 @@ class TcpOptions(Strict):
     connect_timeout_s: float = Field(default=3.0, gt=0)
 
 
+class ClockConfig(Strict):
+    """Virtual time (time dilation, `vclock.py`): one virtual second lasts `dilation` real seconds. The node's
+    clock, timers, event timestamps, `duration_s`, the control `start`'s `at` and the TCP timeouts are virtual;
+    the defaults are real time."""
+
+    dilation: float = Field(default=1.0, gt=0, le=MAX_DILATION, strict=True, allow_inf_nan=False,
+                            description="N: real seconds per virtual second (1: real time)")
+    epoch: float = Field(default=0.0, ge=0, strict=True, allow_inf_nan=False,
+                         description="E: the real unix time at which virtual and real time coincide "
+                                     "(virtual(t) = E + (t - E) / N); the orchestrator chooses one per lab")
+
+    def make(self) -> VirtualClock:
+        return VirtualClock(self.dilation, self.epoch)
+
+
 class NodeConfig(Strict):
     name: str = Field(min_length=1)
     id: int = Field(ge=0)
@@ -106,6 +122,7 @@ class NodeConfig(Strict):
     workload: Workload | None = None
     multicast: list[MulticastGroup] = Field(default_factory=list)
     tcp: TcpOptions = TcpOptions()
+    clock: ClockConfig = Field(default_factory=ClockConfig, description="virtual time: dilation and epoch")
     seed: int = 0
     event_log: Path
     control: Path | None = Field(default=None, description="unix stream socket path of the control endpoint")

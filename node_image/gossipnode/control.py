@@ -4,7 +4,9 @@ A unix socket is reachable from any network namespace that shares the filesystem
 container with the run directory mounted; over ssh on real hosts), without routes to the node's own address.
 
 Requests: {"cmd": "state"} -> {"ok": true, "state": {...}}
-          {"cmd": "start", "at": <unix time, optional>} -> {"ok": true}  (nodes configured with wait_for_start)
+          {"cmd": "start", "at": <virtual unix time, optional>} -> {"ok": true}  (nodes configured with
+                                                                  wait_for_start; `at` is on the node's clock,
+                                                                  the config's `clock`: real at dilation 1)
           {"cmd": "stop"} -> {"ok": true}, then a clean stop (event node_stopped, log flushed)
           {"cmd": "workload", "op": "start" | "stop"} -> {"ok": true}  (a sender starts or stops sending data)
 Errors:   {"ok": false, "error": "..."}
@@ -59,7 +61,8 @@ def dump_state(path: str | Path, timeout: float = 5.0) -> dict[str, Any]:
 
 
 def start(path: str | Path, at: float | None = None, timeout: float = 5.0) -> None:
-    """Start the protocol now, or at unix time `at` (so that many nodes start together)."""
+    """Start the protocol now, or at virtual unix time `at` (so that many nodes start together; the node's clock,
+    real unix time at dilation 1)."""
     request(path, {"cmd": "start"} if at is None else {"cmd": "start", "at": at}, timeout)
 
 

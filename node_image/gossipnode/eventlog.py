@@ -1,4 +1,5 @@
-"""The node's event log: JSON Lines, one object per event with `ts` (unix seconds), `node`, `event` and fields."""
+"""The node's event log: JSON Lines, one object per event with `ts` (virtual unix seconds:
+the runtime's clock, `vclock.py`; the wall clock at dilation 1), `node`, `event` and fields."""
 from __future__ import annotations
 
 import json

@@ -8,8 +8,9 @@ where separate processes would run on another core or be time-sliced by the kern
 Faults act per member through its control socket, where a process of its own gets signals:
   {"cmd": "crash"}                  SIGKILL: sockets closed at once without a goodbye, timers gone, no further
                                     event (the control socket stays: it answers `restart`, and refuses the rest)
-  {"cmd": "pause", "duration_s": d} SIGSTOP (then SIGCONT after d seconds if given): the member reads nothing
-                                    (its socket buffers fill) and no timer fires; its process-mates run on
+  {"cmd": "pause", "duration_s": d} SIGSTOP (then SIGCONT after d seconds if given; virtual seconds of the
+                                    member's clock, d x dilation real): the member reads nothing (its socket
+                                    buffers fill) and no timer fires; its process-mates run on
   {"cmd": "resume"}                 SIGCONT: timers that came due fire late and skip, as after SIGSTOP
   {"cmd": "restart"}                a fresh NodeRuntime from the member's config (a running member is crashed
                                     first), like the orchestrator starting a new process
@@ -55,6 +56,7 @@ class PackedMember:
         self.reason = ""
         self.incarnations = 0
         self._resume_handle: asyncio.TimerHandle | None = None
+        self.clock = cfg.clock.make()            # a pause's duration_s is virtual, as the runtime's times
         self._server: asyncio.AbstractServer | None = None
 
     @property
@@ -115,12 +117,13 @@ class PackedMember:
         self.runtime.crash()
 
     def pause(self, duration_s: float | None) -> None:
+        """`duration_s`: virtual seconds (None: until `resume`)."""
         assert self.runtime is not None
         self._cancel_resume()
         self.runtime.pause()
         self.state = PAUSED
         if duration_s is not None:
-            self._resume_handle = asyncio.get_running_loop().call_later(duration_s, self.resume)
+            self._resume_handle = asyncio.get_running_loop().call_later(self.clock.real_s(duration_s), self.resume)
 
     def resume(self) -> None:
         self._cancel_resume()
@@ -164,7 +167,7 @@ class PackedMember:
         if cmd == "pause":
             duration = req.get("duration_s")
             if duration is not None and (not isinstance(duration, (int, float)) or duration <= 0):
-                return {"ok": False, "error": "pause duration_s must be a positive number of seconds"}, None
+                return {"ok": False, "error": "pause duration_s must be a positive number of (virtual) seconds"}, None
             if self.state not in (RUNNING, PAUSED):
                 return {"ok": False, "error": f"member {self.name} is {self.state}"}, None
             self.pause(duration)

@@ -1,9 +1,12 @@
 """The node's asyncio runtime: the transports, the core's timers, the control endpoint and the event log.
 
 Everything protocol-specific is in the sans-IO core (`protocols/<name>/core.py`, chosen by `protocol.name`
-through `protocols.registry`); this module moves bytes and time. Time is wall-clock unix seconds
-(`time.time()`), so event timestamps of different nodes on one machine, or on NTP-synchronised hosts, are
-comparable.
+through `protocols.registry`); this module moves bytes and time. Time is virtual unix seconds (`vclock.py`, the
+config's `clock`: one virtual second lasts `dilation` real seconds; at the default dilation 1 it is the wall
+clock, `time.time()`), so event timestamps of different nodes on one machine, or on NTP-synchronised hosts, are
+comparable. The core, the event log and the rate limiters see only the virtual now; every wait that stands for
+protocol time (the core's timers, `duration_s`, a control `start`'s `at`, the TCP timeouts) is scaled to real
+time. The log's flush interval is real.
 
 Transports (all carry the same packets: the common envelope, then the protocol's header and body):
 - UDP unicast on `listen`; a datagram must come from the `addr` of the member it names as sender.
@@ -39,8 +42,9 @@ from .config import MulticastGroup, NodeConfig, parse_addr
 from .eventlog import EventLog
 from .protocols import registry
 from .protocols.base import BadMessage, Core, Output
+from .vclock import VirtualClock
 
-LOG_FLUSH_S = 0.5
+LOG_FLUSH_S = 0.5          # real seconds (not protocol time)
 RCVBUF_BYTES = 1 << 21
 TCP_QUEUE_LIMIT = 10_000    # frames queued for a connection that is still being opened
 SOL_TCP = getattr(socket, "SOL_TCP", 6)
@@ -166,6 +170,7 @@ class NodeRuntime:
     def __init__(self, cfg: NodeConfig, sock: socket.socket | None = None) -> None:
         """`sock`: an already bound UDP socket to use instead of binding `cfg.listen` (tests)."""
         self.cfg = cfg
+        self.clock: VirtualClock = cfg.clock.make()
         self._sock = sock
         self.addr_of = {m.id: parse_addr(m.addr) for m in cfg.members}
         self.core: Core | None = None
@@ -240,7 +245,8 @@ class NodeRuntime:
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
         self._event("node_started", id=self.cfg.id, pid=os.getpid(), listen=self.cfg.listen, n=self.cfg.n,
                     senders=self.cfg.senders, protocol=self.cfg.protocol.model_dump(mode="json"),
-                    multicast=[g.name for g in self.cfg.multicast], wait_for_start=self.cfg.wait_for_start)
+                    multicast=[g.name for g in self.cfg.multicast], wait_for_start=self.cfg.wait_for_start,
+                    clock=self.clock.to_json())
         self._announced = True
         flusher = asyncio.ensure_future(self._flush_periodically())
         if not self.cfg.wait_for_start:
@@ -310,12 +316,12 @@ class NodeRuntime:
             self._late_start = True
             return
         loop = asyncio.get_running_loop()
-        self.core = registry.create(self.cfg, time.time())
+        self.core = registry.create(self.cfg, self.clock.now())
         self._event("protocol_started")   # sweeps' start-lag judge (fidelity.py)
         self._emit(self.core.startup)
         self._schedule()
         if self.cfg.duration_s is not None:
-            self._duration_handle = loop.call_later(self.cfg.duration_s, self._duration_over)
+            self._duration_handle = loop.call_later(self.clock.real_s(self.cfg.duration_s), self._duration_over)
 
     def _duration_over(self) -> None:
         if self.paused:                  # as under SIGSTOP: noticed at resume
@@ -386,7 +392,7 @@ class NodeRuntime:
         if wake == float("inf"):
             self._timer = None
             return
-        delay = max(0.0, wake - time.time())
+        delay = max(0.0, self.clock.to_real(wake) - time.time())
         self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
 
     def _reschedule(self) -> None:
@@ -400,7 +406,7 @@ class NodeRuntime:
         if self.paused:              # fires at resume, late (resume reschedules)
             self._timer = None
             return
-        self._emit(self.core.tick(time.time()))
+        self._emit(self.core.tick(self.clock.now()))
         self._schedule()
 
     # ---- packets ---------------------------------------------------------------------------------------------
@@ -411,7 +417,7 @@ class NodeRuntime:
         if self.core is None:
             self.counters["packets_before_start"] += 1
             return
-        now = time.time()
+        now = self.clock.now()
         try:
             msg = wire.decode(data)
             expected = self.addr_of.get(msg.sender)
@@ -459,7 +465,7 @@ class NodeRuntime:
 
     def on_send_error(self, exc: Exception) -> None:
         self.counters["send_errors"] += 1
-        now = time.time()
+        now = self.clock.now()
         suppressed = self._error_log.allow(now)
         if suppressed is not None:
             self._log.write(now, "send_error", {"error": repr(exc), "suppressed": suppressed})
@@ -497,20 +503,22 @@ class NodeRuntime:
             self._tcp_close(peer)
 
     def _event(self, event: str, **fields: Any) -> None:
-        self._log.write(time.time(), event, fields)
+        self._log.write(self.clock.now(), event, fields)
 
     # ---- TCP -------------------------------------------------------------------------------------------------
 
     def tune_tcp(self, sock: socket.socket) -> None:
-        """Fail a connection to a dead or cut-off peer within seconds, not the kernel's default minutes."""
+        """Fail a connection to a dead or cut-off peer within seconds, not the kernel's default minutes. The
+        timeouts are virtual seconds: the kernel gets them times the dilation (keepalive in whole seconds, at
+        least 1)."""
         t = self.cfg.tcp
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        keep = max(1, round(t.keepalive_s))
+        keep = max(1, round(self.clock.real_s(t.keepalive_s)))
         for opt, value in (("TCP_KEEPIDLE", keep), ("TCP_KEEPINTVL", keep), ("TCP_KEEPCNT", 3)):
             if hasattr(socket, opt):
                 sock.setsockopt(SOL_TCP, getattr(socket, opt), value)
-        sock.setsockopt(SOL_TCP, TCP_USER_TIMEOUT, int(t.user_timeout_s * 1000))
+        sock.setsockopt(SOL_TCP, TCP_USER_TIMEOUT, int(self.clock.real_s(t.user_timeout_s) * 1000))
 
     def _tcp_send(self, dest: int, frame: bytes) -> None:
         if self._torn_down:
@@ -552,7 +560,7 @@ class NodeRuntime:
 
         error: OSError | asyncio.TimeoutError | None = None
         try:
-            await asyncio.wait_for(connect(), timeout=self.cfg.tcp.connect_timeout_s)
+            await asyncio.wait_for(connect(), timeout=self.clock.real_s(self.cfg.tcp.connect_timeout_s))
         except (OSError, asyncio.TimeoutError) as exc:
             error = exc
         if self.paused:                          # a paused member hears of it at resume
@@ -610,7 +618,7 @@ class NodeRuntime:
     def on_frame(self, conn: _TcpConn, frame: bytes) -> None:
         self.counters["tcp_frames_in"] += 1
         self.counters["tcp_bytes_in"] += len(frame)
-        now = time.time()
+        now = self.clock.now()
         if self.core is None:
             self.counters["packets_before_start"] += 1
             return
@@ -631,7 +639,7 @@ class NodeRuntime:
     def bad_frame(self, conn: _TcpConn, head: bytes, reason: str) -> None:
         """A frame that does not decode or authenticate: the stream is not trusted any more; drop the connection
         (the core hears `failed` if it knew the peer)."""
-        self._bad_packet(time.time(), head, f"tcp:{conn.ip}", reason)
+        self._bad_packet(self.clock.now(), head, f"tcp:{conn.ip}", reason)
         if conn.transport is not None:
             conn.transport.abort()
 
@@ -668,7 +676,7 @@ class NodeRuntime:
         self.counters[f"tcp_{event}"] += 1
         if self.core is None or self._torn_down:
             return
-        now = time.time()
+        now = self.clock.now()
         try:
             out = self.core.on_connection(peer, event, now, reason)
         except Exception as exc:  # noqa: BLE001 - as for a packet: the event names the bug
@@ -700,7 +708,7 @@ class NodeRuntime:
             return {"ok": False, "error": f"unknown command {cmd!r} (state, start, stop, workload), or the "
                                           "protocol has not started"}, None
         try:
-            reply, out = self.core.control(req, time.time())
+            reply, out = self.core.control(req, self.clock.now())
         except ValueError as exc:
             return {"ok": False, "error": f"{exc} (the runtime knows state, start, stop, workload)"}, None
         self._emit(out)
@@ -711,8 +719,10 @@ class NodeRuntime:
         if self.core is not None or self._start_handle is not None:
             return {"ok": False, "error": "already started"}
         if at is not None and not isinstance(at, (int, float)):
-            return {"ok": False, "error": "`at` must be a unix time in seconds"}
-        delay = 0.0 if at is None else max(0.0, at - time.time())
+            return {"ok": False, "error": "`at` must be a virtual unix time in seconds (the node's clock: "
+                                          "real unix time at dilation 1)"}
+        # `at` is virtual: the orchestrator sends times of the lab's clock
+        delay = 0.0 if at is None else max(0.0, self.clock.to_real(at) - time.time())
         self._start_handle = asyncio.get_running_loop().call_later(delay, self.start_protocol)
         return {"ok": True}
 
@@ -722,7 +732,7 @@ class NodeRuntime:
         if self.core is None:
             return {"ok": False, "error": "the protocol has not started"}
         try:
-            out = self.core.set_workload(op == "start", time.time())
+            out = self.core.set_workload(op == "start", self.clock.now())
         except ValueError as exc:
             return {"ok": False, "error": str(exc)}
         self._emit(out)
