@@ -36,3 +36,8 @@ class LabNotFound(OrchestratorError):
 
 class DelayLineDied(OrchestratorError):
     """The delay-line process died or the kernel dropped queued packets: the run cannot be trusted."""
+
+
+class CgroupError(OrchestratorError):
+    """A CPU budget cannot be enforced here: no cpu controller, or a cgroup file refused a write (the message names
+    the file and the error)."""
