@@ -20,6 +20,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from analysis.pcap import CaptureFile, CaptureScan, Ports, packet_rows, scan
 from analysis.schemas import CAPTURES, EVENT_JSON, EVENTS, PACKETS
+from gossipnode.vclock import VirtualClock
 
 # The list of pcaps as a (small) DataFrame: one row per CaptureFile.
 FILES = StructType([StructField(name, StringType(), name == "address")
@@ -97,11 +98,12 @@ class ScanSink:
 
 def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str],
                   clock_offsets: dict[str, float] | None = None, ports: Ports | None = None,
-                  sink: ScanSink | None = None) -> DataFrame:
+                  sink: ScanSink | None = None, clock: VirtualClock | None = None) -> DataFrame:
     """FILES → PACKETS: every readable frame of every pcap, decoded on the executors into Arrow batches.
     `names` maps addresses to plan node names. `clock_offsets` (node → its host's clock minus the controller's,
     real hosts) put `ts` on one clock. `ports`: where the nodes' packets are (node port, multicast group ports;
-    default 7000, 7001). `sink`: also collect each file's CAPTURES row while reading it (see `ScanSink`)."""
+    default 7000, 7001). `sink`: also collect each file's CAPTURES row while reading it (see `ScanSink`).
+    `clock`: the run's virtual time; the packets' `ts` become virtual as the events' (docs/virtual-time.md)."""
     offs = dict(clock_offsets or {})
     ports = ports or Ports()
     acc = sink._acc if sink is not None else None
@@ -112,8 +114,8 @@ def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str
             for f in b.to_pylist():
                 cap = CaptureFile(**f)
                 found = CaptureScan(cap) if acc is not None else None
-                yield from to_batches(packet_rows(cap, run_id, t0, names, offs.get(cap.node, 0.0), ports, found),
-                                      schema)
+                yield from to_batches(packet_rows(cap, run_id, t0, names, offs.get(cap.node, 0.0), ports, found,
+                                                  clock), schema)
                 if acc is not None:
                     acc.add({cap.file: found.row()})
 
@@ -122,11 +124,12 @@ def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str
 
 def ingest_packets(spark: SparkSession, captures: Sequence[CaptureFile], run_id: str, t0: float,
                    names: dict[str, str], out: Path, clock_offsets: dict[str, float] | None = None,
-                   ports: Ports | None = None) -> list[dict]:
+                   ports: Ports | None = None, clock: VirtualClock | None = None) -> list[dict]:
     """Decode every pcap once: write the PACKETS table to `out` (Parquet) and return the CAPTURES rows (dicts, in
     the order of `captures`)."""
     sink = ScanSink(spark)
-    write_packets(parse_packets(files_frame(spark, captures), run_id, t0, names, clock_offsets, ports, sink), out)
+    write_packets(parse_packets(files_frame(spark, captures), run_id, t0, names, clock_offsets, ports, sink, clock),
+                  out)
     return sink.rows(captures)
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gossipnode import wire
+from gossipnode.vclock import VirtualClock
 
 NODE_PORT = 7000
 MCAST_PORT = 7001
@@ -496,12 +497,14 @@ def _not_ipv4(ethertype: int) -> str | None:
 
 def packet_rows(cap: CaptureFile, run_id: str, t0: float, names: dict[str, str],
                 clock_offset_s: float = 0.0, ports: Ports | None = None,
-                scan: CaptureScan | None = None) -> Iterator[tuple]:
+                scan: CaptureScan | None = None, clock: VirtualClock | None = None) -> Iterator[tuple]:
     """Rows of the PACKETS table for every readable frame of `cap` (several for a TCP segment that completes
     several messages). A file that cannot be read (missing, corrupt, truncated, unsupported link type) yields
     what precedes the problem: `scan` (the function, or a `CaptureScan` given here, filled in as the file is
     read) reports the problem. `clock_offset_s`: the capturing host's clock minus the controller's (real hosts);
-    subtracted from `ts` (not from the scan's first/last, which are the file's own stamps, as `scan` gives)."""
+    subtracted from `ts` (not from the scan's first/last, which are the file's own stamps, as `scan` gives).
+    `clock`: the run's virtual time (docs/virtual-time.md): `ts` and `t_s` are virtual, as the events' stamps."""
+    virtual = clock.to_virtual if clock is not None and not clock.identity else None
     try:
         pf = PcapFile(cap.path, cap.file)
     except (OSError, PcapError) as exc:
@@ -522,6 +525,8 @@ def packet_rows(cap: CaptureFile, run_id: str, t0: float, names: dict[str, str],
                         scan.first = ts
                     scan.last = ts
                 ts -= clock_offset_s
+                if virtual is not None:
+                    ts = virtual(ts)
                 frame = head + (n, ts, ts - t0, orig_len, cap_len)
                 for cols in dec.decode(data):
                     yield frame + cols

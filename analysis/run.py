@@ -118,10 +118,10 @@ def analyze_run(spark: SparkSession, run: RunDir, stage: Callable[[str], None] =
     # Ingest.
     stage("decode pcaps")
     scanned = ingest.ingest_packets(spark, run.captures, run.run_id, run.t0, run.addresses(), out / "packets",
-                                    run.clock_offsets, run.ports)
+                                    run.clock_offsets, run.ports, run.clock)
     stage("read event logs")
     lines = ingest.read_event_lines(spark, run.event_logs)
-    ingest.write_events(ingest.parse_events(lines, run.run_id, run.t0, run.clock_offsets), out / "events")
+    ingest.write_events(ingest.parse_events(lines, run.run_id, run.t0, run.event_offsets), out / "events")
     for m in _rows(ingest.malformed_events(lines)):
         run.warnings.append(f"events/{m['source']}: {m['lines']} line(s) are not JSON event records "
                             f"(e.g. {m['first']!r}); skipped")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.pcap import MCAST_PORT, NODE_PORT, CaptureFile, Ports
+from gossipnode.vclock import VirtualClock
 
 
 class AnalysisError(Exception):
@@ -50,8 +51,8 @@ class RunDir:
     plan: dict[str, Any]
     members: list[Member]
     params: dict[str, Any]                   # the protocol's parameters (gsgc: subgroup, step_s, fail_k, ...)
-    t0: float                                # protocol start, unix s
-    end: float | None                        # run end, unix s
+    t0: float                                # protocol start, virtual unix s (docs/virtual-time.md)
+    end: float | None                        # run end, virtual unix s
     captures: list[CaptureFile]
     event_logs: list[Path]
     tc: dict[str, list[dict]]                # node → `tc -s -j qdisc show`
@@ -61,6 +62,12 @@ class RunDir:
     ports: Ports = field(default_factory=Ports)   # where the captures hold the nodes' packets
     warnings: list[str] = field(default_factory=list)
     clock_offsets: dict[str, float] = field(default_factory=dict)   # node → host clock - controller clock
+    clock: VirtualClock = field(default_factory=VirtualClock)       # the run's virtual time: pcaps are real
+
+    @property
+    def event_offsets(self) -> dict[str, float]:
+        """`clock_offsets` as they appear in the events' virtual stamps (a real offset / the dilation)."""
+        return {k: v / self.clock.dilation for k, v in self.clock_offsets.items()}
 
     @property
     def gsgc(self) -> dict[str, Any]:
@@ -151,12 +158,21 @@ def load(path: Path) -> RunDir:
         protocol_name, gsgc = None, {}
         members = [Member(i, m, nodes[m].get("address"), None, None) for i, m in enumerate(member_names)]
 
-    t0 = manifest.get("t0_unix")
+    tm = manifest.get("time") or {}
+    try:
+        clock = VirtualClock(float(tm.get("dilation", 1.0)), float(tm.get("epoch", 0.0)))
+    except (TypeError, ValueError) as exc:
+        warnings.append(f"manifest.json: time: {exc}; taken as real time")
+        clock = VirtualClock()
+    t0 = manifest.get("t0_unix")             # virtual already
     if t0 is None:
         t0 = manifest.get("started_at")
+        t0 = clock.to_virtual(float(t0)) if t0 is not None else None
         warnings.append("manifest.json: no t0_unix (the run did not start the protocol); times are from started_at"
                         if t0 is not None else "manifest.json: no t0_unix nor started_at; times are unix seconds")
-    end = manifest.get("ended_at")
+    end = manifest.get("ended_at")          # a real unix time (when the orchestrator stopped)
+    if end is not None:
+        end = clock.to_virtual(float(end))
 
     # Captures: the manifest's list, plus any pcap in pcaps/ it does not name.
     addr = {m.name: m.address for m in members}
@@ -209,4 +225,5 @@ def load(path: Path) -> RunDir:
                   ports=wire_ports(list(configs.values())), t0=float(t0 or 0.0),
                   end=float(end) if end is not None else None, captures=captures, event_logs=event_logs,
                   tc=tc, delayline=delayline, fidelity=fidelity, warnings=warnings,
-                  clock_offsets={str(k): float(v) for k, v in (manifest.get("clock_offsets_s") or {}).items()})
+                  clock_offsets={str(k): float(v) for k, v in (manifest.get("clock_offsets_s") or {}).items()},
+                  clock=clock)

@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import lab as labmod
-from orchestrator.clikit import BackendName, BarProgress, ShaperName, parse_sets as _parse_sets
+from orchestrator.clikit import (DILATION_HELP, BackendName, BarProgress, ShaperName, parse_dilation,
+                                 parse_sets as _parse_sets)
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.fidelity import PING_IP_BYTES
 from orchestrator.graph import draw_png, to_dot
@@ -75,17 +76,21 @@ def up(
     inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
+    dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
 ) -> None:
     """Build the experiment's network and leave it running."""
     backend, shaper = backend.value, check_shaper(shaper.value)
-    prep = labmod.prepare(experiment, name, _parse_sets(set_))
+    prep = labmod.prepare(experiment, name, _parse_sets(set_), dilation=parse_dilation(dilation))
+    dil = labmod.lab_dilation(prep)
     t0 = time.monotonic()
     with BarProgress(err) as progress:
         state = labmod.up(prep, backend, shaper, strict_shaping, str(experiment), progress,
-                          _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping))
+                          _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping),
+                          dilation=dil.n)
     members = len(prep.plan.members)
     err.print(f"lab [bold]{state.lab}[/] is up: {len(prep.plan.nodes)} nodes ({members} members), "
-              f"{len(prep.plan.links)} links, shaper {state.shaper}, {time.monotonic() - t0:.1f} s")
+              f"{len(prep.plan.links)} links, shaper {state.shaper}"
+              + (f", time dilation {dil.n:g}" if dil.n != 1 else "") + f", {time.monotonic() - t0:.1f} s")
     print(state.lab)
 
 
@@ -104,6 +109,7 @@ def run(
     inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
+    dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
 ) -> None:
     """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection.
 
@@ -122,7 +128,7 @@ def run(
                       lab=lab, name=name,
                       backend_options=_hosts_options(backend, inventory, known_hosts, accept_new_host_keys,
                                                      strict_shaping) or {},
-                      on_run_dir=show_run_dir)
+                      on_run_dir=show_run_dir, dilation=parse_dilation(dilation))
     t0 = time.monotonic()
     with BarProgress(err) as progress:
         run_dir = run_experiment(experiment, opts, progress, _parse_sets(set_))

@@ -13,7 +13,7 @@ from rich.table import Column, Table
 
 from rich.console import Console
 
-from orchestrator.clikit import BackendName, BarProgress, ShaperName, parse_sets
+from orchestrator.clikit import DILATION_HELP, BackendName, BarProgress, ShaperName, parse_dilation, parse_sets
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.units import parse_time
 
@@ -103,6 +103,7 @@ def sweep(
     max_lag_p99_ms: float = typer.Option(50.0, "--max-lag-p99-ms",
                                          help="Judge: a point whose timer lag p99 (members' common start, the "
                                               "schedule's actions) exceeds this is unfaithful."),
+    dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
 ) -> None:
     """Run every point of a sweep (the axes' cartesian product x repetitions), one run directory per point;
     resumable: finished points are skipped. --parallel K runs K points at once when they fit the machine; every
@@ -114,7 +115,8 @@ def sweep(
         raise SpecError(f"--engine {engine!r}: spark or events")
     opts = _sweep_options(SweepOptions, out_dir, only, axis, repetitions, backend, shaper, strict_shaping, analyze,
                           master, engine=engine, parallel=parallel, rerun_unfaithful=rerun_unfaithful,
-                          measure_first=measure_first, max_hold_p99_ms=max_hold_p99_ms, max_lag_p99_ms=max_lag_p99_ms)
+                          measure_first=measure_first, max_hold_p99_ms=max_hold_p99_ms, max_lag_p99_ms=max_lag_p99_ms,
+                          dilation=parse_dilation(dilation))
     t0 = time.monotonic()
     with PointsProgress() as progress:
         root, data = run_sweep(experiment, opts, parse_sets(set_), progress, progress.on_point)
@@ -197,6 +199,7 @@ def tune(
                                             "estimate, run the first run alone and size the fit from it."),
     fix: Optional[List[str]] = typer.Option(None, "--fix", help="PATH=VALUE set in every run (repeatable), e.g. "
                                                                 "nodes.packing=20: a sweep's one-valued --axis."),
+    dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
 ) -> None:
     """The GSGC paper's adaptive method (§4.3, Figures 10-11): golden-ratio search for a near-minimum-TPR step
     interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
@@ -217,7 +220,8 @@ def tune(
     opts = _sweep_options(TuneOptions, out_dir, None, fix, None, backend, shaper, strict_shaping, True, master,
                           param=param, a0=a0, b0=b0, g=g, e=e, p=p, resolution=resolution, upper=upper,
                           steps_per_run=steps_per_run, reps=reps, duration=dur_s, metric=metric,
-                          parallel=parallel, measure_first=measure_first, axis_flag="--fix")
+                          parallel=parallel, measure_first=measure_first, axis_flag="--fix",
+                          dilation=parse_dilation(dilation))
     spark_holder: dict = {}
 
     if engine not in ("spark", "events"):

@@ -49,6 +49,23 @@ class BarProgress:
         self.bar.console.print(message, style="yellow" if message.startswith("WARNING") else None)
 
 
+DILATION_HELP = ("Time dilation N (one virtual second lasts N real seconds: node clocks, schedule, link delay and "
+                 "rate, duration) or `auto` (sized from the members' CPU budgets); replaces the experiment's "
+                 "time.dilation (docs/virtual-time.md).")
+
+
+def parse_dilation(text: str | None) -> float | str | None:
+    """`--dilation`: a number in (0, 1000] or `auto`; SpecError (exit 2) otherwise."""
+    if text is None:
+        return None
+    from orchestrator.models import check_dilation
+
+    try:
+        return check_dilation(text)
+    except ValueError as exc:
+        raise SpecError(f"--dilation {text!r}: {exc}") from None
+
+
 def parse_sets(sets: list[str] | None) -> dict[str, str]:
     variables = {}
     for item in sets or []:

@@ -20,7 +20,8 @@ What it records: every directory it will make, before making it (`Cgroups.plan`,
 those (`Cgroups.remove`: tasks still inside go back to the hierarchy's root cgroup, then rmdir, deepest first; the
 shared `orchestrator` directory only when no other lab is left in it). And what each unit got (`Cgroups.stats`:
 CPU seconds used, CFS periods, periods throttled, seconds throttled), which tells whether a member ran into its
-budget. `quota` and `budget_problem` are pure (the lab's check before anything is built).
+budget. `quota` is pure; what an experiment's budgets need is checked before anything is built by
+`orchestrator.timebase.check_budgets`.
 """
 from __future__ import annotations
 
@@ -72,37 +73,6 @@ def quota(cores_real: float, machine_cores: float | None = None) -> tuple[int, i
                          f"at its longest period (CFS bandwidth control cannot enforce less than {MIN_REAL_CORES:g} "
                          f"cores)")
     return MIN_QUOTA_US, period
-
-
-def budget_problem(cpu: float | None, dilation: float, members_per_process: int, machine_cores: float, *,
-                   members: int | None = None, smallest_process: int = 1) -> str | None:
-    """Why the lab's budgets cannot be enforced by CFS bandwidth control (text for an error on `nodes.cpu`), or
-    None. `cpu`: C virtual cores per member (None: no budget, nothing to check); `dilation`: N; a process runs
-    `smallest_process` .. `members_per_process` members (a pack can be smaller than the largest: the last one,
-    joiners' packs), so both ends get a quota: the smallest must reach the kernel's minimum, the largest must fit
-    on the machine. With `members` (the lab's total), their budgets together must fit on the machine too, else
-    the quotas would be upper bounds only and a member could get less than its budget. Pure."""
-    if cpu is None:
-        return None
-    if not 0 < cpu < math.inf or not 0 < dilation < math.inf:
-        return f"nodes.cpu {cpu!r} at dilation {dilation!r}: both must be positive numbers"
-    if members_per_process < 1 or not 1 <= smallest_process <= members_per_process:
-        return (f"nodes.cpu: processes of {smallest_process} to {members_per_process} members (need "
-                f"1 <= smallest <= largest)")
-    for p in sorted({smallest_process, members_per_process}):
-        real = p * cpu / dilation
-        try:
-            quota(real, machine_cores)
-        except ValueError as exc:
-            return (f"nodes.cpu {cpu:g} virtual cores at dilation {dilation:g}: a process of {p} member(s) gets "
-                    f"{p} x {cpu:g} / {dilation:g} = {real:.4g} real cores; {exc}")
-    if members is not None:
-        total = members * cpu / dilation
-        if total > machine_cores * (1 + _EPS):
-            return (f"nodes.cpu {cpu:g} virtual cores at dilation {dilation:g}: {members} members x {cpu:g} / "
-                    f"{dilation:g} = {total:.4g} real cores, more than the machine's {machine_cores:g} cores: "
-                    f"the members could not all get their budgets (raise the dilation)")
-    return None
 
 
 @dataclass(frozen=True)
@@ -305,7 +275,7 @@ class Cgroups:
                         self._enable_cpu(d)
             self._mkdir(unitd)
             # The units keep the default weight among themselves: each is capped by its quota and the quotas
-            # together fit on the machine (budget_problem), so weights cannot change what a unit gets.
+            # together fit on the machine (orchestrator.timebase), so weights cannot change what a unit gets.
             if r == self.cpu_root:
                 if self.version == 1:
                     # period first: the pair is valid after each write (quota >= 1 ms, period <= 1 s)

@@ -24,6 +24,7 @@ PING_PAYLOAD = PING_IP_BYTES - 28
 
 @dataclass
 class PathProbe:
+    """A ping path. Times are virtual (docs/virtual-time.md): the pings' real RTTs / the dilation."""
     src: str
     dst: str
     hops: int
@@ -33,6 +34,7 @@ class PathProbe:
     received: int = 0
     rtt_ms: list[float] | None = None
     expected_loss: float = 0.0
+    min_gap_ms: float = 0.0          # pings closer than this would queue behind each other (2 x the slowest hop)
 
     @property
     def median_ms(self) -> float | None:
@@ -84,14 +86,23 @@ def choose_paths(plan: NetworkPlan, k: int, seed: int) -> list[tuple[str, str]]:
     return pairs[:k]
 
 
+def min_gap_ms(plan: NetworkPlan, hops: list[str], ip_bytes: int = PING_IP_BYTES) -> float:
+    """2 x the longest serialisation of a ping on the path (virtual ms): pings sent closer queue behind each
+    other and measure the queue, not the link."""
+    ser = [d.serialisation_s(ip_bytes) for a, b in zip(hops, hops[1:])
+           for d in (plan.link_of(a, b).down, plan.link_of(a, b).up)]
+    return 2000 * max(ser, default=0.0)
+
+
+def _probe(plan: NetworkPlan, shaper: str, a: str, b: str) -> PathProbe:
+    hops = path(plan, a, b)
+    configured, emulated, loss = expected_rtt_ms(plan, hops, shaper)
+    return PathProbe(src=a, dst=b, hops=len(hops) - 1, expected_rtt_ms=configured, emulated_rtt_ms=emulated,
+                     expected_loss=loss, min_gap_ms=min_gap_ms(plan, hops))
+
+
 def plan_probes(plan: NetworkPlan, shaper: str, k: int = 4, seed: int = 0) -> list[PathProbe]:
-    out = []
-    for a, b in choose_paths(plan, k, seed):
-        hops = path(plan, a, b)
-        configured, emulated, loss = expected_rtt_ms(plan, hops, shaper)
-        out.append(PathProbe(src=a, dst=b, hops=len(hops) - 1, expected_rtt_ms=configured,
-                             emulated_rtt_ms=emulated, expected_loss=loss))
-    return out
+    return [_probe(plan, shaper, a, b) for a, b in choose_paths(plan, k, seed)]
 
 
 def choose_links(plan: NetworkPlan, k: int, seed: int) -> list[Link]:
@@ -108,12 +119,7 @@ def choose_links(plan: NetworkPlan, k: int, seed: int) -> list[Link]:
 
 def plan_hop_probes(plan: NetworkPlan, shaper: str, k: int, seed: int = 0) -> list[PathProbe]:
     """One-hop probes across `k` links: RTT against 2 x (delay + serialisation), the two directions' sum."""
-    out = []
-    for lk in choose_links(plan, k, seed):
-        configured, emulated, loss = expected_rtt_ms(plan, [lk.parent, lk.child], shaper)
-        out.append(PathProbe(src=lk.parent, dst=lk.child, hops=1, expected_rtt_ms=configured,
-                             emulated_rtt_ms=emulated, expected_loss=loss))
-    return out
+    return [_probe(plan, shaper, lk.parent, lk.child) for lk in choose_links(plan, k, seed)]
 
 
 UDP_TOOL = [sys.executable, "-m", "orchestrator.udpprobe"]
@@ -123,7 +129,8 @@ UDP_IP_OVERHEAD = 28            # IP + UDP headers; the shapers add L2_OVERHEAD_
 
 @dataclass
 class RateSample:
-    """A back-to-back UDP train across one link direction; arrivals' spacing gives the link rate."""
+    """A back-to-back UDP train across one link direction; arrivals' spacing gives the link rate (virtual: the
+    real rate x the dilation)."""
     link: str
     direction: str
     src: str
@@ -134,6 +141,11 @@ class RateSample:
     payload: int
     received: int = 0
     measured_bps: float | None = None
+    dilation: float = 1.0
+
+    @property
+    def real_bps(self) -> float:
+        return self.configured_bps / self.dilation
 
     @property
     def wire_bytes(self) -> int:
@@ -148,8 +160,9 @@ class RateSample:
 
 
 def plan_rate_sample(plan: NetworkPlan, shaper: str, link: Link | None = None,
-                     train_s: float = 1.5) -> RateSample | None:
-    """A train on `link`'s down direction (default: the first rate-limited link) lasting about `train_s`.
+                     train_s: float = 1.5, dilation: float = 1.0) -> RateSample | None:
+    """A train on `link`'s down direction (default: the first rate-limited link) lasting about `train_s` real
+    seconds (at the real rate: the configured one / `dilation`).
 
     The train fits the link's queue (no overflow) and its packets are sized so it lasts ~`train_s` at the
     configured rate. None when no link has a rate."""
@@ -159,11 +172,11 @@ def plan_rate_sample(plan: NetworkPlan, shaper: str, link: Link | None = None,
         return None
     d = link.down
     count = max(8, min(30, (d.queue_pkts or 1000) - 2))
-    wire = d.rate_bps * train_s / 8 / count
+    wire = d.rate_bps / dilation * train_s / 8 / count
     payload = int(max(64, min(1400, wire - UDP_IP_OVERHEAD - L2_OVERHEAD_BYTES)))
     emulated = not shapers.get(shaper).fidelity(d).rate.startswith("NOT")
     return RateSample(link=link.id, direction="down", src=link.parent, dst=link.child,
-                      configured_bps=d.rate_bps, emulated=emulated, count=count, payload=payload)
+                      configured_bps=d.rate_bps, emulated=emulated, count=count, payload=payload, dilation=dilation)
 
 
 def train_rate_bps(times: list[float], wire_bytes: int) -> float | None:
@@ -176,6 +189,8 @@ def train_rate_bps(times: list[float], wire_bytes: int) -> float | None:
 
 def measure_rate(sample: RateSample, plan: NetworkPlan, popen, idle_s: float = 3.0) -> None:
     """Run the train: a sink inside `dst`, the source inside `src` (`popen(node, argv, **kw)`)."""
+    per_packet_s = sample.wire_bytes * 8 / sample.real_bps
+    idle_s = max(idle_s, 3 * per_packet_s)       # the sink ends after this long without a packet
     sink = popen(sample.dst, [*UDP_TOOL, "sink", str(RATE_PORT), str(idle_s)], stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE, text=True)
     try:
@@ -185,10 +200,11 @@ def measure_rate(sample: RateSample, plan: NetworkPlan, popen, idle_s: float = 3
                                  str(sample.count), str(sample.payload), "0"],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         src.communicate(timeout=60)
-        out, _ = sink.communicate(timeout=60 + 3 * sample.count * sample.wire_bytes * 8 / sample.configured_bps)
+        out, _ = sink.communicate(timeout=60 + idle_s + 3 * sample.count * per_packet_s)
         got = json.loads(out.strip().splitlines()[-1])
         sample.received = len(got["times"])
-        sample.measured_bps = train_rate_bps(got["times"], sample.wire_bytes)
+        real = train_rate_bps(got["times"], sample.wire_bytes)
+        sample.measured_bps = None if real is None else real * sample.dilation
     finally:
         if sink.poll() is None:
             sink.kill()
@@ -198,17 +214,26 @@ def measure_rate(sample: RateSample, plan: NetworkPlan, popen, idle_s: float = 3
 _RTT = re.compile(r"time=([\d.]+) ms")
 
 
-def measure(probes: list[PathProbe], plan: NetworkPlan, popen, count: int = 10, interval: float = 0.2) -> None:
-    """Ping each path `count` times (in parallel); `popen(node, argv, **kw)` runs a command inside a node."""
+def ping_interval_s(p: PathProbe, dilation: float = 1.0, interval: float = 0.2) -> float:
+    """Real seconds between a path's pings: `interval`, or longer when the dilated path's slowest hop would make
+    the pings queue behind each other."""
+    return round(max(interval, p.min_gap_ms / 1000 * dilation), 3)
+
+
+def measure(probes: list[PathProbe], plan: NetworkPlan, popen, count: int = 10, interval: float = 0.2,
+            dilation: float = 1.0) -> None:
+    """Ping each path `count` times (in parallel); `popen(node, argv, **kw)` runs a command inside a node. The
+    RTTs are recorded in virtual ms (the real ones / `dilation`)."""
     def one(p: PathProbe) -> None:
-        # Each ping waits long enough for a slow link: 4 x the configured RTT plus a second.
-        wait = max(2, int(4 * p.expected_rtt_ms / 1000) + 1)
-        proc = popen(p.src, ["ping", "-n", "-c", str(count), "-i", str(interval), "-s", str(PING_PAYLOAD),
+        # Each ping waits long enough for a slow link: 4 x the configured RTT plus a second (real).
+        wait = max(2, int(4 * p.expected_rtt_ms * dilation / 1000) + 1)
+        gap = ping_interval_s(p, dilation, interval)
+        proc = popen(p.src, ["ping", "-n", "-c", str(count), "-i", str(gap), "-s", str(PING_PAYLOAD),
                              "-W", str(wait), plan.node(p.dst).address],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, _ = proc.communicate(timeout=count * interval + wait + 30)
+        out, _ = proc.communicate(timeout=count * gap + wait + 30)
         p.sent = count
-        p.rtt_ms = [float(x) for x in _RTT.findall(out)]
+        p.rtt_ms = [float(x) / dilation for x in _RTT.findall(out)]
         p.received = len(p.rtt_ms)
 
     # Probes that share a link would queue behind each other's pings: run them in rounds of disjoint paths.
@@ -234,7 +259,7 @@ def disjoint_batches(plan: NetworkPlan, probes: list[PathProbe]) -> list[list[Pa
 
 
 def summary(probes: list[PathProbe], shaper: str, rate: RateSample | None = None,
-            parameters: dict | None = None) -> dict:
+            parameters: dict | None = None, dilation: float = 1.0) -> dict:
     """The probe's result (fidelity.json): every RTT probe, the error extremes, loss counts, the rate sample."""
     errs = [abs(p.to_json()["error_ms"]) for p in probes if p.median_ms is not None]
     rel = [abs(p.to_json()["error_ms"]) / p.emulated_rtt_ms for p in probes
@@ -250,28 +275,32 @@ def summary(probes: list[PathProbe], shaper: str, rate: RateSample | None = None
         "expected_lost": sum(p.sent * p.expected_loss for p in probes),
         "rate": rate.to_json() if rate else None,
         "parameters": parameters,
+        "dilation": dilation,          # every time above is virtual (the real ones / dilation)
     }
 
 
 def probe(plan: NetworkPlan, shaper: str, popen, links: int = 4, paths: int = 2, count: int = 10,
-          seed: int = 0, rate: bool = True, parameters: dict | None = None) -> dict:
+          seed: int = 0, rate: bool = True, parameters: dict | None = None, dilation: float = 1.0) -> dict:
     """The whole probe on a running network: `links` one-hop RTTs, `paths` multi-hop member paths, a rate
-    sample. `popen(node, argv, **kw)` runs a command inside a node."""
+    sample. `popen(node, argv, **kw)` runs a command inside a node. `dilation`: the lab's (its shaping realises
+    the plan's parameters dilated); the results are in virtual time, against the plan's parameters."""
     probes = plan_hop_probes(plan, shaper, links, seed)
     seen = {(p.src, p.dst) for p in probes}
     probes += [p for p in plan_probes(plan, shaper, paths + 1, seed) if p.hops > 1 and (p.src, p.dst) not in seen
                ][:paths]
-    measure(probes, plan, popen, count=count)
-    sample = plan_rate_sample(plan, shaper) if rate else None
+    measure(probes, plan, popen, count=count, dilation=dilation)
+    sample = plan_rate_sample(plan, shaper, dilation=dilation) if rate else None
     if sample is not None:
         measure_rate(sample, plan, popen)
-    return summary(probes, shaper, sample, parameters)
+    return summary(probes, shaper, sample, parameters, dilation)
 
 
 # --- judges of a finished run: did the machine keep up? (`orchestrator sweep` records them per point) ----------
 
 MAX_HOLD_P99_MS = 1.0        # the delay line released packets late by more than this (p99): it fell behind
 MAX_LAG_P99_MS = 50.0        # members started late / the schedule's actions applied late by more than this (p99)
+MAX_CPU_DEFICIT = 0.05       # a member got this share of its CPU budget less than it wanted (the machine's fault)
+BUDGET_BOUND_SHARE = 0.5     # a member throttled in more than this share of its periods ran at its budget
 
 
 def p99(values: list[float]) -> float | None:
@@ -333,12 +362,15 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
 
     d = Path(run_dir)
     out: dict = {"hold_p99_ms": None, "start_lag_p99_ms": None, "schedule_lag_p99_ms": None, "lag_p99_ms": None,
-                 "thresholds": {"hold_p99_ms": max_hold_p99_ms, "lag_p99_ms": max_lag_p99_ms}}
+                 "thresholds": {"hold_p99_ms": max_hold_p99_ms, "lag_p99_ms": max_lag_p99_ms,
+                                "cpu_deficit": MAX_CPU_DEFICIT}}
+    manifest = _read_json(d / "manifest.json") or {}
+    n = dilation_of(manifest)
+    out["dilation"] = n
     dl = _read_json(d / "tc" / "delayline.json") or {}
     hold = (dl.get("hold_error") or {}).get("p99_s")
     if isinstance(hold, (int, float)) and (dl.get("hold_error") or {}).get("count"):
-        out["hold_p99_ms"] = hold * 1000
-    manifest = _read_json(d / "manifest.json") or {}
+        out["hold_p99_ms"] = hold * 1000 / n         # real error / N: what a packet's virtual timing suffered
     t0 = manifest.get("t0_unix")
     cfg_files = sorted((d / "configs").glob("*.json")) if (d / "configs").is_dir() else []
     if isinstance(t0, (int, float)) and cfg_files:
@@ -368,26 +400,79 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
         out["schedule_lag_p99_ms"] = manifest["schedule"]["lag_ms_max"]
     lags = [v for v in (out["start_lag_p99_ms"], out["schedule_lag_p99_ms"]) if v is not None]
     out["lag_p99_ms"] = max(lags) if lags else None
+    out.update(cpu_judges(manifest.get("cpu_budget")))
     reasons = []
     if out["hold_p99_ms"] is not None and out["hold_p99_ms"] > max_hold_p99_ms:
         reasons.append(f"delay line hold error p99 {out['hold_p99_ms']:.2f} ms > {max_hold_p99_ms:g} ms")
     if out["lag_p99_ms"] is not None and out["lag_p99_ms"] > max_lag_p99_ms:
         reasons.append(f"timer lag p99 {out['lag_p99_ms']:.1f} ms > {max_lag_p99_ms:g} ms")
+    if out["cpu_deficit_max"] is not None and out["cpu_deficit_max"] > MAX_CPU_DEFICIT:
+        reasons.append(f"member {out['cpu_deficit_unit']} got {out['cpu_deficit_max']:.0%} of its CPU budget less "
+                       f"than it wanted (the machine was busy) > {MAX_CPU_DEFICIT:.0%}")
     out["reasons"] = reasons
-    out["verdict"] = ("unfaithful" if reasons else
-                      "faithful" if out["hold_p99_ms"] is not None or out["lag_p99_ms"] is not None else "unjudged")
+    judged = any(out[k] is not None for k in ("hold_p99_ms", "lag_p99_ms", "cpu_deficit_max"))
+    out["verdict"] = "unfaithful" if reasons else "faithful" if judged else "unjudged"
     cpu, up, pkts = dl.get("cpu_s"), dl.get("uptime_s"), dl.get("packets")
     timed = isinstance(up, (int, float)) and up > 0
     out["delayline_cores"] = cpu / up if timed and isinstance(cpu, (int, float)) else None
     out["delayline_pkts_per_s"] = pkts / up if timed and isinstance(pkts, (int, float)) else None
     out["member_cores_each"] = member_cores_each(manifest, len(cfg_files))
+    # In virtual cores (real CPU seconds per virtual second): what `time: {dilation: auto}` sizes a rerun with.
+    out["member_virtual_cores_each"] = (None if out["member_cores_each"] is None
+                                        else out["member_cores_each"] * n)
+    out["delayline_virtual_cores"] = None if out["delayline_cores"] is None else out["delayline_cores"] * n
+    return out
+
+
+def dilation_of(manifest: dict) -> float:
+    """The run's time dilation (1 for runs from before virtual time)."""
+    n = (manifest.get("time") or {}).get("dilation", 1.0)
+    return float(n) if isinstance(n, (int, float)) and n > 0 else 1.0
+
+
+def cpu_judges(budget: dict | None) -> dict:
+    """The CPU budget judges from the manifest's `cpu_budget` (the driver's cgroup and scheduler readings over the
+    run, from the common start to the stop, per member process). Pure.
+
+    - `cpu_deficit_max` (and the unit): the largest share of a member's budget it did not get although it wanted
+      it: min(time runnable but waiting beyond its throttling, budget x wall - used) / (budget x wall). The
+      machine was too busy for the budgets: a fidelity judge (MAX_CPU_DEFICIT).
+    - `budget_bound`: members throttled in more than BUDGET_BOUND_SHARE of their periods: they ran at their
+      budget, so the result is the emulated CPU's (not a fault: the point of a budget), `throttled_share_max`.
+    None where the run had no enforced budget."""
+    out: dict = {"cpu_deficit_max": None, "cpu_deficit_unit": None, "budget_bound": None, "throttled_share_max": None}
+    if not budget or not budget.get("enforced"):
+        return out
+    deficits, shares, bound = [], [], 0
+    for unit, u in (budget.get("units") or {}).items():
+        r = u.get("run") or {}
+        wall, real = r.get("wall_s"), u.get("real_cores")
+        if not all(isinstance(x, (int, float)) for x in (wall, real)) or wall <= 0 or real <= 0:
+            continue
+        allowed = real * wall
+        periods, throttled = r.get("nr_periods") or 0, r.get("nr_throttled") or 0
+        share = throttled / periods if periods else 0.0
+        shares.append(share)
+        bound += share > BUDGET_BOUND_SHARE
+        waited = r.get("run_delay_s")
+        if isinstance(waited, (int, float)) and isinstance(r.get("usage_s"), (int, float)):
+            starved = max(0.0, waited - (r.get("throttled_s") or 0.0))
+            unused = max(0.0, allowed - r["usage_s"])
+            deficits.append((min(starved, unused) / allowed, unit))
+    if deficits:
+        out["cpu_deficit_max"], out["cpu_deficit_unit"] = max(deficits)
+    if shares:
+        out["throttled_share_max"] = max(shares)
+        out["budget_bound"] = bound
     return out
 
 
 def member_cores_each(manifest: dict, members: int) -> float | None:
-    """Cores per member the run's member processes used (`member_cpu.cores` / members), or None when the run did
-    not measure it (older runs, Docker, hosts). Pure."""
-    cores = (manifest.get("member_cpu") or {}).get("cores")
+    """Real cores per member the run's member processes used (`member_cpu.run_cores`, from the common start to the
+    stop, else `cores`, over their lifetime) / members, or None when the run did not measure it (older runs,
+    Docker, hosts). Pure."""
+    m = manifest.get("member_cpu") or {}
+    cores = m.get("run_cores", m.get("cores"))      # over the run (from the common start) when measured
     if not isinstance(cores, (int, float)) or members <= 0:
         return None
     return cores / members

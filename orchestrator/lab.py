@@ -33,11 +33,11 @@ class Prepared:
 
 
 def prepare(experiment_path: str | Path, name: str | None = None, variables: dict | None = None,
-            seed: int | None = None) -> Prepared:
+            seed: int | None = None, dilation: float | str | None = None) -> Prepared:
     """Everything that can be checked before anything is created (bad input raises exit-code-2 errors): the
     whole file, its schedule against the plan included, and the members' node configs as `run` would write them
     (the protocol's own checks, e.g. a vsync committee larger than the group) (`seed` overrides the file's)."""
-    exp = load_experiment(experiment_path, variables, seed)
+    exp = load_experiment(experiment_path, variables, seed, dilation)
     lab = check_name(name or exp.name or Path(experiment_path).stem.split(".")[0], "lab name")
     plan = build_plan(exp)
     if exp.protocol is not None and plan.members:        # what `run` would refuse in the members' configs
@@ -46,6 +46,20 @@ def prepare(experiment_path: str | Path, name: str | None = None, variables: dic
     if lab in list_labs():
         raise LabExists(f"lab {lab!r} is already up (use `orchestrator teardown {lab}` or --name)")
     return Prepared(exp, plan, lab)
+
+
+def lab_dilation(prep: Prepared):
+    """The time dilation `up` builds the lab for (orchestrator.timebase: `auto` from the members' budgets on this
+    machine, nothing measured yet)."""
+    from orchestrator.packs import decide_here
+    from orchestrator.timebase import resolve_dilation
+
+    exp, members = prep.experiment, len(prep.plan.members)
+    try:
+        return resolve_dilation(exp.time.dilation, exp.nodes.cpu, members,
+                                decide_here(exp, members).members_per_process, float(os.cpu_count() or 1))
+    except ValueError as exc:
+        raise SpecError(f"time.dilation: {exc}") from None
 
 
 def shaping_warnings(plan: NetworkPlan, shaper: str) -> list[str]:
@@ -90,8 +104,9 @@ def _sigterm_as_interrupt():
 
 def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", strict: bool = False,
        experiment_path: str = "", progress: Progress | None = None,
-       backend_options: dict | None = None, backend: Backend | None = None) -> LabState:
-    """Build the lab; `backend` (an instance, e.g. the one a run configured) or `backend_name` + options."""
+       backend_options: dict | None = None, backend: Backend | None = None, dilation: float = 1.0) -> LabState:
+    """Build the lab; `backend` (an instance, e.g. the one a run configured) or `backend_name` + options.
+    `dilation`: the time dilation its shaping realises (the plan's link parameters are virtual)."""
     progress = progress or NullProgress()
     backend = backend or get_backend(backend_name, **(backend_options or {}))
     if prep.plan.groups and backend.remote_shaping:
@@ -109,7 +124,8 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
             raise ShapingError("--strict-shaping: " + "; ".join(warnings))
         caps_json = caps.to_json()
     state = LabState(lab=prep.lab, backend=backend.name, shaper=chosen, experiment=str(experiment_path),
-                     capabilities=caps_json, warnings=warnings, persistent=backend.state_survives_reboot)
+                     capabilities=caps_json, warnings=warnings, persistent=backend.state_survives_reboot,
+                     dilation=dilation)
     state.save_plan(prep.plan)
     state.save()
     for w in warnings:
@@ -290,4 +306,4 @@ def probe_network(lab: str, links: int = 4, paths: int = 2, count: int = 10, see
 
     state, plan, popen = _healthy_lab(lab)
     return fidelity.probe(plan, state.shaper, popen, links=links, paths=paths, count=count, seed=seed, rate=rate,
-                          parameters=shaping_parameters(plan, state.shaper))
+                          parameters=shaping_parameters(plan, state.shaper), dilation=state.dilation)

@@ -171,6 +171,9 @@ class NodesSpec(Strict):
     (processes while they fit in memory, else packs; `orchestrator.backends.packing.decide`)."""
 
     packing: Literal["process", "auto"] | int = "auto"
+    # A CPU budget per member in virtual cores (issue #33): 1.0 = one CPU per node, as the papers had. Enforced
+    # by CFS bandwidth control on a cgroup per member process (a pack gets its members' sum), real quota cpu / N.
+    cpu: float | None = Field(None, gt=0, allow_inf_nan=False)
 
     @field_validator("packing", mode="before")
     @classmethod
@@ -181,6 +184,41 @@ class NodesSpec(Strict):
             raise ValueError(f"packing is `process`, `auto` or a number of members per process (an integer >= 1), "
                              f"not {v!r}")
         return v
+
+
+class TimeSpec(Strict):
+    """Virtual time (issue #33, docs/virtual-time.md): one virtual second lasts `dilation` real seconds everywhere
+    the testbed controls time (node clocks and timers, schedule, delay line, probe, duration). `auto`: the
+    smallest dilation at which the members' CPU budgets (or their measured CPU) and the lab's daemons fit in
+    CPU_HEADROOM of the cores (orchestrator.timebase.resolve_dilation)."""
+
+    dilation: float | Literal["auto"] = 1.0
+
+    @field_validator("dilation", mode="before")
+    @classmethod
+    def _dilation(cls, v):
+        return check_dilation(v)
+
+
+MAX_DILATION = 1000.0
+
+
+def check_dilation(v):
+    """A dilation as the experiment file or `--dilation` gives it: `auto`, or a number in (0, 1000]. ValueError."""
+    if isinstance(v, str):
+        text = v.strip()
+        if text == "auto":
+            return "auto"
+        try:
+            v = float(text)
+        except ValueError:
+            raise ValueError(f"dilation is a number > 0 or `auto`, not {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        raise ValueError(f"dilation is a number > 0 or `auto`, not {v!r}")
+    if not 0 < v <= MAX_DILATION:
+        raise ValueError(f"dilation {v:g} is outside (0, {MAX_DILATION:g}]: one virtual second lasts that many "
+                         f"real seconds")
+    return float(v)
 
 
 class Experiment(Strict):
@@ -200,7 +238,8 @@ class Experiment(Strict):
     # Parameter axes and repetitions for `orchestrator sweep` (validated by orchestrator.sweep; `run` ignores it).
     sweep: dict[str, Any] | None = None
     multicast: MulticastSpec | None = None   # IP multicast groups (orchestrator/mcast, docs/multicast.md)
-    nodes: NodesSpec = NodesSpec()            # how the members' nodes run: packing (docs/packing.md)
+    nodes: NodesSpec = NodesSpec()            # how the members' nodes run: packing (docs/packing.md), CPU budget
+    time: TimeSpec = TimeSpec()               # virtual time: the dilation (docs/virtual-time.md)
 
     @field_validator("name")
     @classmethod

@@ -41,3 +41,26 @@ def processes_cpu(pids, proc: Path = Path("/proc")) -> dict | None:
         except (OSError, ValueError, IndexError):
             continue          # gone already (crashed member) or unreadable: not counted
     return summarise(stats, now_ticks, hz)
+
+
+def cpu_seconds(pids, proc: Path = Path("/proc")) -> dict[int, float]:
+    """User + system CPU seconds of each process of `pids` that still exists."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in set(pids):
+        try:
+            u, s, _ = parse_stat((proc / str(pid) / "stat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue
+        out[pid] = (u + s) / hz
+    return out
+
+
+def over_run(start: dict[int, float], end: dict[int, float], wall_s: float) -> dict | None:
+    """The CPU the processes used between two `cpu_seconds` readings `wall_s` real seconds apart (a process
+    started in between counts from 0; one gone by the end is not counted): {"run_cpu_s", "run_wall_s",
+    "run_cores"}. Pure."""
+    if not end or wall_s <= 0:
+        return None
+    used = sum(v - start.get(pid, 0.0) for pid, v in end.items())
+    return {"run_cpu_s": round(used, 3), "run_wall_s": round(wall_s, 3), "run_cores": round(used / wall_s, 4)}

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gossipnode.vclock import VirtualClock
 from orchestrator.errors import SpecError
 
 SUBDIRS = ("configs", "events", "logs", "pcaps", "tc")
@@ -63,9 +63,10 @@ def tail(path: Path, lines: int = 5) -> str:
 
 
 class RunDir:
-    def __init__(self, path: Path, out_option: Path | None = None):
+    def __init__(self, path: Path, out_option: Path | None = None, clock: VirtualClock | None = None):
         self.path = Path(path)
         self.manifest: dict = {}
+        self.clock = clock or VirtualClock()      # the orchestrator's records are in the lab's virtual time
         try:
             for sub in SUBDIRS:
                 (self.path / sub).mkdir(parents=True, exist_ok=True)
@@ -95,4 +96,4 @@ class RunDir:
 
     def record(self, event: dict) -> None:
         with open(self.path / "events" / "orchestrator.jsonl", "a") as f:
-            f.write(json.dumps({"ts": time.time(), "node": "orchestrator", **event}) + "\n")
+            f.write(json.dumps({"ts": self.clock.now(), "node": "orchestrator", **event}) + "\n")

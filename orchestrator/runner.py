@@ -28,7 +28,10 @@ from orchestrator.plan import NetworkPlan, build_plan
 from orchestrator.rundir import RunDir, check_out_dir, new_run_id, versions
 from orchestrator.schedule import Op, OpKind, Timeline, check_supported, expand, parse_schedule
 from orchestrator.shaping.params import DirParams
+from orchestrator.source import FieldError
+from orchestrator.spec import locate
 from orchestrator.state import LabState, load_state
+from orchestrator.timebase import Dilation, Measured, check_budgets, resolve_dilation
 
 START_TIMEOUT_S = 30.0       # nodes must answer on their control socket within this + START_PER_NODE_S each
 START_PER_NODE_S = 0.5
@@ -52,6 +55,9 @@ class RunOptions:
     on_run_dir: Callable[[Path], None] | None = None      # told the run directory as soon as it exists
     probe_paths: int = 2
     probe_links: int = 3
+    dilation: float | str | None = None     # overrides the experiment's time.dilation (--dilation)
+    measured: Measured | None = None        # CPU measured on an earlier run of the setup (time.dilation auto)
+    cores: float | None = None              # the cores this run may plan with (default: the machine's)
 
 
 # --- the schedule: one dispatch for every driver ------------------------------------------------------------
@@ -98,6 +104,7 @@ class Runner:
     sleep: Callable[[float], None] = time.sleep
     applied: list[dict] = field(default_factory=list)
     stopped_reason: str = "completed"
+    dilation: float = 1.0           # real seconds per virtual second: the schedule's times are virtual
 
     def apply(self, op: Op) -> dict:
         if op.kind not in self.driver.OPS:      # validation refused this before anything was built
@@ -105,15 +112,18 @@ class Runner:
         return DISPATCH[op.kind](self.driver, op)
 
     def execute(self, t0: float, duration_s: float) -> None:
+        """Apply the schedule from `t0` (a reading of `clock`, real) for `duration_s` virtual seconds. Every time
+        the runner records is virtual (seconds since t0); it sleeps the real equivalent (x dilation)."""
         ops = list(self.timeline.ops)
+        n = self.dilation
         self.progress.start("experiment (s)", int(duration_s))
         shown = 0
         last_check = -1.0
         while True:
-            now = self.clock() - t0
+            now = (self.clock() - t0) / n
             while ops and ops[0].t <= now:
                 op = ops.pop(0)
-                before = self.clock() - t0
+                before = (self.clock() - t0) / n
                 replies = self.apply(op)
                 entry = {"event": "action_applied", "index": op.index,
                          "action": self.timeline.actions[op.index].action, "op": op.kind.value,
@@ -140,13 +150,13 @@ class Runner:
             if int(now) > shown:
                 self.progress.advance("experiment (s)", min(int(now), int(duration_s)) - shown)
                 shown = min(int(now), int(duration_s))
-            if now - last_check >= 1.0:          # the shaper's health, once a second
+            if (now - last_check) * n >= 1.0:    # the shaper's health, once a (real) second
                 self.driver.check()
                 last_check = now
             if now >= duration_s:
                 return
             nxt = ops[0].t if ops else duration_s
-            self.sleep(max(0.0, min(nxt - now, 0.2, duration_s - now)))
+            self.sleep(max(0.0, min((nxt - now) * n, 0.2, (duration_s - now) * n)))
 
     def schedule_summary(self) -> dict:
         lags = sorted(a["lag_ms"] for a in self.applied)
@@ -169,6 +179,27 @@ def decide_packing(backend: Backend, exp, members: int) -> packmod.PackingDecisi
         raise SpecError(f"nodes.packing: the {backend.name} backend cannot pack members ({decision.reason}); use "
                         f"`nodes: {{packing: process}}`")
     return decision
+
+
+def decide_dilation(exp, packing: packmod.PackingDecision, members: int, opts: RunOptions,
+                    state: LabState | None) -> Dilation:
+    """The run's time dilation: `--dilation`, else the experiment's `time.dilation`; `auto` resolved from the
+    budgets (or an earlier run's measured CPU) and this machine's cores. A reused lab (`--lab`) was built for one
+    dilation: the run must have it (`auto` takes the lab's). SpecError (exit 2) when it cannot be."""
+    requested = exp.time.dilation           # --dilation was applied when the experiment was loaded
+    if state is not None:
+        if requested != "auto" and float(requested) != state.dilation:
+            raise FieldError(("time", "dilation"), f"lab {state.lab!r} was built for dilation {state.dilation:g}, "
+                                                   f"not {float(requested):g}")
+        requested = state.dilation
+    problem = check_budgets(exp.nodes.cpu, requested, packing.members_per_process)
+    if problem:
+        raise FieldError(("nodes", "cpu"), problem)
+    try:
+        return resolve_dilation(requested, exp.nodes.cpu, members, packing.members_per_process,
+                                opts.cores or float(os.cpu_count() or 1), opts.measured)
+    except ValueError as exc:
+        raise FieldError(("time", "dilation"), str(exc)) from None
 
 
 def make_driver(backend: Backend, ctx: RunContext, decision: packmod.PackingDecision) -> NodeDriver:
@@ -202,7 +233,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
     if opts.lab:
         from orchestrator.spec import load_experiment
 
-        exp = load_experiment(experiment_path, variables, opts.seed)
+        exp = load_experiment(experiment_path, variables, opts.seed, opts.dilation)
         state = load_state(opts.lab)
         if opts.backend_options and state.backend != opts.backend:
             raise SpecError(f"lab {opts.lab!r} runs on backend {state.backend!r}, not {opts.backend}")
@@ -212,26 +243,34 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             raise SpecError(f"lab {opts.lab!r} was built from a different plan than {experiment_path}")
         backend = get_backend(state.backend)
     else:
-        prep = labmod.prepare(experiment_path, opts.name, variables, opts.seed)
+        prep = labmod.prepare(experiment_path, opts.name, variables, opts.seed, opts.dilation)
         exp, plan, lab_name, built = prep.experiment, prep.plan, prep.lab, True
         backend = get_backend(opts.backend, **(opts.backend_options or {}))
     timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
     dcls = backend.driver_class
     check_supported(timeline, dcls.OPS, backend.name, dcls.WHY_UNSUPPORTED)
-    backend.check_run(exp, plan, lab_name, state)
-    packing = decide_packing(backend, exp, len(plan.members))
+    try:
+        backend.check_run(exp, plan, lab_name, state)
+        packing = decide_packing(backend, exp, len(plan.members))
+        dilation = decide_dilation(exp, packing, len(plan.members), opts, state)
+    except FieldError as exc:                       # a field of the file: say its line
+        raise locate(experiment_path, exc, variables) from None
     if backend.fidelity_probe and shutil.which("tcpdump") is None and exp.capture.interfaces != "none":
         raise OrchestratorError("tcpdump is not installed (run `make setup`)")
     run_id = new_run_id(lab_name)
     run_path = (opts.out / run_id).resolve()
     ctl_dir = Path(labmod.CTL_ROOT) / f"orch-ctl-{run_id}"      # teardown of the lab removes it too
+    # The lab's clock: virtual time from this epoch on (docs/virtual-time.md); every node and record uses it.
+    epoch = time.time()
+    clock = dilation.clock(epoch)
     configs = node_configs(exp, plan, run_path, ctl_dir)
     for name, cfg in configs.items():
         if dcls.COMMON_START:       # joiners run the protocol as soon as they start
             cfg["wait_for_start"] = name not in timeline.joiners
+        cfg["clock"] = clock.to_json()
 
     # 2. The run directory, then the network.
-    rd = RunDir(run_path, opts.out)
+    rd = RunDir(run_path, opts.out, clock)
     ctl_dir.mkdir(parents=True, exist_ok=True)
     if opts.on_run_dir is not None:
         opts.on_run_dir(run_path)
@@ -240,12 +279,17 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
     rd.write_manifest(run_id=run_id, experiment_file=str(experiment_path), spec=exp.model_dump(mode="json"),
                       seed=exp.seed, backend=backend.name, lab=lab_name,
                       plan_digest=state.plan_digest if state else plan.digest(),   # hosts: plan.json is realised
-                      versions=versions(), started_at=time.time(), status="starting", packing=packing.manifest())
+                      versions=versions(), started_at=time.time(), status="starting", packing=packing.manifest(),
+                      time=dilation.manifest(epoch))
+    for reason in dilation.reasons:
+        rd.log(f"time: {reason}")
+    if dilation.requested == "auto":
+        progress.note(f"time dilation {dilation.n:g} (auto: {dilation.reasons[0]})")
     backend.for_run(rd, exp)
     if built:
         try:
             state = labmod.up(prep, backend.name, opts.shaper, opts.strict, str(experiment_path), progress,
-                              backend=backend)
+                              backend=backend, dilation=dilation.n)
         except BaseException as exc:      # lab.up removed what it built; the manifest must not say "starting"
             with signals.shielded():
                 rd.write_manifest(status=(f"interrupted ({signals.describe(exc)})"
@@ -261,8 +305,8 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         rd.manifest["versions"]["node_image"] = (f"{state.backend_data['image']} "
                                                  f"{state.backend_data.get('image_id', '')}")
     first = [m.name for m in plan.members if m.name not in timeline.joiners]
-    driver = make_driver(backend, RunContext(exp, plan, state, rd, ctl_dir, first, progress), packing)
-    runner = Runner(timeline, driver, rd, progress)
+    driver = make_driver(backend, RunContext(exp, plan, state, rd, ctl_dir, first, progress, clock), packing)
+    runner = Runner(timeline, driver, rd, progress, dilation=clock.dilation)
     try:
         # The driver may run the node elsewhere (a container, a host): its configs, as the node will see them.
         rd.write_configs(driver.configure(configs))
@@ -273,7 +317,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             progress.note("fidelity probe ...")
             fsum = fid.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),
                              links=opts.probe_links, paths=opts.probe_paths, seed=exp.seed,
-                             parameters=labmod.shaping_parameters(plan, state.shaper))
+                             parameters=labmod.shaping_parameters(plan, state.shaper), dilation=clock.dilation)
             (run_path / "fidelity.json").write_text(json.dumps(fsum, indent=1))
             rd.manifest["fidelity"] = {k: fsum[k] for k in ("max_abs_error_ms", "max_rel_error", "sent", "received",
                                                             "expected_lost")}
@@ -291,10 +335,13 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             margin = START_MARGIN_S + START_MARGIN_PER_NODE_S * len(first)
             start_unix = time.time() + margin
             t0 = runner.clock() + margin
-            driver.start_protocol(first, start_unix)
+            driver.start_protocol(first, clock.to_virtual(start_unix))     # the nodes' clocks are virtual
         else:
             start_unix, t0 = time.time(), runner.clock()
-        rd.write_manifest(status="running", t0_unix=start_unix)
+        # t0_unix is virtual, as every event's ts; t0_real_unix is when that was on the machine's clock.
+        rd.write_manifest(status="running", t0_unix=clock.to_virtual(start_unix), t0_real_unix=start_unix)
+        runner.sleep(max(0.0, t0 - runner.clock()))
+        driver.mark_start()
         rd.record({"event": "run_started", "members": first, "duration_s": exp.duration_s})
         runner.execute(t0, exp.duration_s)
     except KeyboardInterrupt as exc:      # Ctrl-C, SIGTERM, SIGHUP (orchestrator.signals)

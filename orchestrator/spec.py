@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.errors import PlanError
+from orchestrator.errors import PlanError, SpecError
 from orchestrator.models import (NAME_RE, Addressing, CaptureSpec, DirSpec, Experiment, GEModel,  # noqa: F401
                                  LinkOverride, LinkSpec, LinksSpec, SparseMembers, Strict, TreeTopology,
                                  check_name)
@@ -60,15 +60,35 @@ def check_experiment(exp: Experiment, src: Source | None = None):
         timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
     except FieldError as exc:
         raise src.located(exc) from None
+    if exp.nodes.cpu is not None and plan.members:
+        from orchestrator.packs import decide_here
+        from orchestrator.timebase import check_budgets
+
+        per_process = decide_here(exp, len(plan.members)).members_per_process
+        problem = check_budgets(exp.nodes.cpu, exp.time.dilation, per_process)
+        if problem:
+            raise src.error(("nodes", "cpu"), problem)
     return plan, timeline
 
 
+def locate(path: str | Path, exc: FieldError, variables: dict[str, Any] | None = None) -> SpecError:
+    """A FieldError found after loading (a backend's or the runner's own check) located in the experiment file."""
+    try:
+        _, src = _load_document(read_input(path, "experiment"), str(path), variables)
+    except SpecError:
+        return exc
+    return src.located(exc)
+
+
 def parse_experiment(text: str, path: str = "<string>", variables: dict[str, Any] | None = None,
-                     seed: int | None = None) -> Experiment:
-    """A whole experiment, validated (`seed` overrides the file's, before the schedule's draws are checked)."""
+                     seed: int | None = None, dilation: float | str | None = None) -> Experiment:
+    """A whole experiment, validated (`seed` overrides the file's, before the schedule's draws are checked;
+    `dilation` the file's `time.dilation`, before the CPU budgets are checked against it)."""
     data, src = _load_document(text, path, variables)
     if seed is not None:
         data["seed"] = seed
+    if dilation is not None:
+        data["time"] = {**(data.get("time") if isinstance(data.get("time"), dict) else {}), "dilation": dilation}
     return _validate(data, src)
 
 
@@ -80,5 +100,5 @@ def parse_document(text: str, path: str = "<string>", variables: dict[str, Any] 
 
 
 def load_experiment(path: str | Path, variables: dict[str, Any] | None = None,
-                    seed: int | None = None) -> Experiment:
-    return parse_experiment(read_input(path, "experiment"), str(path), variables, seed)
+                    seed: int | None = None, dilation: float | str | None = None) -> Experiment:
+    return parse_experiment(read_input(path, "experiment"), str(path), variables, seed, dilation)

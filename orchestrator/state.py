@@ -55,6 +55,8 @@ class LabState:
     backend_data: dict = field(default_factory=dict)      # what else a backend created (e.g. Docker containers)
     run: dict | None = None             # the `orchestrator run` using the lab: {"dir", "pid", "pid_start"}
     persistent: bool = False            # the state lives where it survives a reboot (see the module docstring)
+    dilation: float = 1.0               # time dilation the lab's shaping realises (docs/virtual-time.md)
+    cgroups: list[str] = field(default_factory=list)     # CPU-budget cgroups (orchestrator/cpubudget.py)
 
     @property
     def dir(self) -> Path:

@@ -345,12 +345,14 @@ def member_count(doc: dict) -> int:
 
 
 def point_need(doc: dict, pkt_hops_per_s: float | None = None, delayline_cores: float | None = None,
-               member_cores: float | None = None) -> PointNeed:
+               member_cores: float | None = None, share: float | None = None) -> PointNeed:
     """What one point's lab needs while it runs: a process per member (or per `nodes.packing` members), ~40 MB
-    per member process, CPU per member — measured (`member_cores`: cores per member of a finished point of the
-    sweep, its manifest's `member_cpu`) or else the fixed guess MEMBER_CPU — and the delay line's CPU when its
-    load is known — measured (`delayline_cores`, from a finished point's tc/delayline.json) or from a packet
-    rate (packet-hops/s times the delay line's cost per packet-hop)."""
+    per member process, CPU per member — measured (`member_cores`: virtual cores per member of a finished point
+    of the sweep, its manifest's `member_cpu` x its dilation) or else the fixed guess MEMBER_CPU, capped by the
+    member's budget `nodes.cpu` — and the delay line's CPU when its load is known — measured (`delayline_cores`,
+    virtual, from a finished point's tc/delayline.json) or from a packet rate (virtual packet-hops/s times the
+    delay line's cost per packet-hop) —, all divided by the point's time dilation (docs/virtual-time.md). A point
+    with `time: {dilation: auto}` sizes its dilation to `share` (its share of the planned cores): it needs that."""
     members = member_count(doc)
     packing = get_path(doc, "nodes.packing", "process")
     per = packing if isinstance(packing, int) and not isinstance(packing, bool) and packing > 1 else 1
@@ -360,8 +362,16 @@ def point_need(doc: dict, pkt_hops_per_s: float | None = None, delayline_cores: 
     dl = delayline_cores
     if dl is None and pkt_hops_per_s is not None:
         dl = pkt_hops_per_s * DELAYLINE_S_PER_HOP
-    cpu = LAB_CPU + members * (MEMBER_CPU if member_cores is None else member_cores) + (dl or 0.0)
-    return PointNeed(members, processes, cpu, mem, dl)
+    dilation = get_path(doc, "time.dilation", 1.0)
+    if dilation == "auto" and share is not None:
+        return PointNeed(members, processes, share, mem, dl)
+    n = float(dilation) if dilation != "auto" else 1.0
+    each = MEMBER_CPU if member_cores is None else member_cores
+    budget = get_path(doc, "nodes.cpu", None)
+    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        each = min(each, budget)
+    cpu = LAB_CPU + (members * each + (dl or 0.0)) / n
+    return PointNeed(members, processes, cpu, mem, None if dl is None else dl / n)
 
 
 @dataclass(frozen=True)

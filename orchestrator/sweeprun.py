@@ -43,6 +43,7 @@ from orchestrator import sweep as sw
 from orchestrator.backends.base import NullProgress, Progress
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.spec import parse_document, parse_experiment, read_input
+from orchestrator.timebase import Measured
 from orchestrator.tune import TuneResult, finite, tune
 from orchestrator.units import parse_time
 
@@ -71,15 +72,21 @@ class SweepOptions:
     max_hold_p99_ms: float = fid.MAX_HOLD_P99_MS
     max_lag_p99_ms: float = fid.MAX_LAG_P99_MS
     stop_timeout_s: float = 300.0              # --parallel, Ctrl-C: how long a child may take to stop and tear down
+    dilation: float | str | None = None        # --dilation: every point's time.dilation (docs/virtual-time.md)
 
 
 PointCallback = Callable[[int, int, "float | None", str, str], None]   # done, total, eta_s, point id, status
 
 
-def load_base(path: str | Path, variables: dict[str, Any] | None = None) -> dict:
-    """The experiment file as a dict (templating rendered); SpecError if unreadable or not a mapping."""
+def load_base(path: str | Path, variables: dict[str, Any] | None = None,
+              dilation: float | str | None = None) -> dict:
+    """The experiment file as a dict (templating rendered); SpecError if unreadable or not a mapping. `dilation`
+    (--dilation) replaces its time.dilation: part of every point's experiment (and digest)."""
     # Read, rendered and validated (all of it, the schedule against the plan included) as `run` reads it.
-    return parse_document(read_input(path, "experiment"), str(path), variables)
+    base = parse_document(read_input(path, "experiment"), str(path), variables)
+    if dilation is not None:
+        base = sw.set_path(base, "time.dilation", dilation)
+    return base
 
 
 def parse_axis_option(item: str, flag: str = "--axis") -> tuple[str, list[Any]]:
@@ -189,18 +196,39 @@ def measured(points: dict) -> bool:
                for e in points.values())
 
 
+def _virtual(j: dict, key: str) -> float | None:
+    """A judge's CPU figure in virtual cores (runs from before virtual time: the real figure, dilation 1)."""
+    v = j.get(f"{key.replace('_cores', '_virtual_cores')}")
+    if v is None and j.get(key) is not None:
+        v = j[key] * (j.get("dilation") or 1.0)
+    return v
+
+
+def measured_cpu(points: dict) -> Measured | None:
+    """What the finished points of this sweep measured, in virtual cores (the largest of each): the members' CPU
+    per member and the delay line's. `time: {dilation: auto}` sizes the next points with it."""
+    judged = [e["fidelity"] for e in points.values() if isinstance(e.get("fidelity"), dict)]
+    each = [v for j in judged if (v := _virtual(j, "member_cores_each")) is not None]
+    dl = [v for j in judged if (v := _virtual(j, "delayline_cores")) is not None]
+    if not each and not dl:
+        return None
+    return Measured(max(each) if each else None, max(dl) if dl else None,
+                    f"the largest of {len(judged)} finished point(s) of this sweep")
+
+
 def check_fit(prepared: dict[str, tuple[dict, str]], todo: list[sw.Point], k: int, old_points: dict) -> sw.Fit:
     """Refuse (SpecError, exit 2) K points at once that would not fit this machine. The delay line's load and the
     members' CPU are taken from the points of this sweep that ran before (their tc/delayline.json and the
-    manifest's member_cpu; the largest of each), when there are any."""
+    manifest's member_cpu; the largest of each, in virtual cores), when there are any."""
     judged = [e["fidelity"] for e in old_points.values() if isinstance(e.get("fidelity"), dict)]
-    cores_ = [j["delayline_cores"] for j in judged if j.get("delayline_cores") is not None]
-    rates = [j["delayline_pkts_per_s"] for j in judged if j.get("delayline_pkts_per_s") is not None]
-    each = [j["member_cores_each"] for j in judged if j.get("member_cores_each") is not None]
-    dl, rate = (max(cores_) if cores_ else None), (max(rates) if rates else None)
-    needs = [sw.point_need(prepared[p.id][0], pkt_hops_per_s=rate, delayline_cores=dl,
-                           member_cores=max(each) if each else None) for p in todo]
+    rates = [j["delayline_pkts_per_s"] * (j.get("dilation") or 1.0) for j in judged
+             if j.get("delayline_pkts_per_s") is not None]
+    m = measured_cpu(old_points)
     cores, mem = machine()
+    needs = [sw.point_need(prepared[p.id][0], pkt_hops_per_s=max(rates) if rates else None,
+                           delayline_cores=m.daemon_cores if m else None,
+                           member_cores=m.member_cores_each if m else None,
+                           share=cores * sw.CPU_HEADROOM / k) for p in todo]
     f = sw.fit(needs, k, cores, mem)
     if not f.ok:
         worst = max(needs, key=lambda n: n.cpu_cores)
@@ -332,7 +360,9 @@ def _run_sequential(todo, prepared, root, index, opts, progress, on_point, done,
                 try:
                     run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
                                                                   strict=opts.strict, probe_links=opts.probe_links,
-                                                                  probe_paths=opts.probe_paths), progress)
+                                                                  probe_paths=opts.probe_paths,
+                                                                  measured=measured_cpu(index.data["points"])),
+                                             progress)
                     _finish(entry, run_dir, root, opts, progress, p.id, attempt)
                 except KeyboardInterrupt:
                     entry["status"] = "interrupted"
@@ -467,9 +497,11 @@ def _start_child(p: sw.Point, attempt: int, slot: int, prepared, root: Path, ind
     index.save()
     result = pdir / f"result-{attempt}.json"
     result.unlink(missing_ok=True)
+    m = measured_cpu(index.data["points"])
     job = {"experiment": str(exp_file), "out": str(pdir), "result": str(result), "backend": opts.backend,
            "shaper": opts.shaper, "strict": opts.strict, "probe_links": opts.probe_links,
-           "probe_paths": opts.probe_paths}
+           "probe_paths": opts.probe_paths, "measured": m.__dict__ if m else None,
+           "cores": machine()[0] / opts.parallel}      # time.dilation auto: this point's share of the cores
     proc = launch(job, pdir / f"job-{attempt}.json", pdir / f"log-{attempt}.txt")
     return Child(p, slot, attempt, run_doc, result, proc)
 
@@ -564,7 +596,8 @@ def child_main(job_file: str | Path) -> int:
     try:
         run_dir = run_experiment(job["experiment"], RunOptions(
             backend=job["backend"], out=Path(job["out"]), shaper=job["shaper"], strict=job["strict"],
-            probe_links=job["probe_links"], probe_paths=job["probe_paths"], on_run_dir=on_run_dir), Log())
+            probe_links=job["probe_links"], probe_paths=job["probe_paths"], on_run_dir=on_run_dir,
+            measured=Measured(**job["measured"]) if job.get("measured") else None, cores=job.get("cores")), Log())
         result.update(run_dir=str(Path(run_dir).resolve()), outcome="returned")
     except KeyboardInterrupt:
         result["outcome"], code = "interrupted", 130
@@ -611,7 +644,7 @@ def default_dir(base: dict, path: str | Path, kind: str) -> Path:
 def run_sweep(path: str | Path, opts: SweepOptions, variables: dict | None = None,
               progress: Progress | None = None, on_point: PointCallback | None = None) -> tuple[Path, dict]:
     """Expand the experiment's sweep and run it. Returns (sweep directory, index data)."""
-    base = load_base(path, variables)
+    base = load_base(path, variables, opts.dilation)
     spec = sweep_spec(base, opts, str(path))
     points = sw.expand(spec, base, sw.parse_only(opts.only, spec))
     if not points:
@@ -673,7 +706,7 @@ def run_tune(path: str | Path, opts: TuneOptions, measure: Callable[[Path, list[
         if len(values) != 1 or key in (opts.param, "duration"):
             raise SpecError(f"--fix {key}: one value, and not the tuned parameter or the duration "
                             "(--duration, --steps-per-run)")
-    base = load_base(path, variables)
+    base = load_base(path, variables, opts.dilation)
     sw.get_path(base, opts.param)
     root = (opts.out or default_dir(base, path, "tune")).resolve()
     header = {"kind": "tune", "experiment_file": str(path), "variables": variables or {}, "param": opts.param,

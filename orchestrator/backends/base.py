@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from gossipnode.vclock import VirtualClock
 from orchestrator.errors import BackendError
 from orchestrator.plan import NetworkPlan
 from orchestrator.schedule import OpKind
@@ -59,6 +60,7 @@ class RunContext:
     ctl_dir: Path
     first: list[str]                       # members started at the beginning (the others join later)
     progress: Progress
+    clock: VirtualClock = field(default_factory=VirtualClock)   # the lab's virtual time (docs/virtual-time.md)
 
 
 @dataclass
@@ -120,7 +122,10 @@ class NodeDriver(ABC):
         """Wait until every node in `names` runs (and answers, where the driver can ask)."""
 
     def start_protocol(self, names: list[str], at_unix: float) -> None:
-        """Tell the nodes to start the protocol at `at_unix` (drivers with COMMON_START)."""
+        """Tell the nodes to start the protocol at `at_unix` (virtual time; drivers with COMMON_START)."""
+
+    def mark_start(self) -> None:
+        """The protocol has started (t0): what the driver measures over the run (CPU, budgets) starts here."""
 
     @abstractmethod
     def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:

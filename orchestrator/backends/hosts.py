@@ -82,7 +82,7 @@ class HostsBackend(Backend):
         record = {"lab": state.lab, "hosts": [h.model_dump() for h in hosts], "hosts_file": str(self.inventory),
                   "known_hosts": str(self.known_hosts), "accept_new_host_keys": self.accept_new,
                   "strict": self.strict, "shaper_request": state.shaper, "snaplen": self.snaplen,
-                  "data_dir": str(data_dir), "touched": [h.name for h in hosts]}
+                  "data_dir": str(data_dir), "touched": [h.name for h in hosts], "dilation": state.dilation}
         deploy.save_record(state.dir, record)          # before anything is created on a host
         # The lab's plan as realised here: members at their hosts' addresses (what `status` shows). Its digest
         # stays the experiment's.

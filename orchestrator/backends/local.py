@@ -15,6 +15,7 @@ from pathlib import Path
 
 from orchestrator import procstat
 from orchestrator.backends.base import NodeDriver, StopReport
+from orchestrator.backends.budgets import LocalBudgets
 from orchestrator.errors import OrchestratorError
 from orchestrator.rundir import tail
 
@@ -61,6 +62,8 @@ class LocalDriver(NodeDriver):
         super().__init__(backend, ctx)
         self.nodes: dict[str, subprocess.Popen] = {}
         self.captures: list[Capture] = []
+        self.budgets = LocalBudgets(ctx)            # nodes.cpu: a cgroup per member process (budgets.py)
+        self._cpu_start: tuple[float, dict[int, float]] | None = None
 
     # -- where the node runs (Docker overrides)
     def start_process(self, name: str):
@@ -80,8 +83,17 @@ class LocalDriver(NodeDriver):
     # -- nodes
     def start_nodes(self, names: list[str]) -> dict[str, dict]:
         for name in names:
-            self.nodes[name] = self.start_process(name)
+            self.nodes[name] = proc = self.start_process(name)
+            if isinstance(proc, subprocess.Popen):        # a process of this machine: its budget is a cgroup
+                self.budgets.attach(name, 1, proc.pid)
         return {n: {"pid": self.nodes[n].pid} for n in names}
+
+    def _local_pids(self) -> list[int]:
+        return [p.pid for p in self.nodes.values() if isinstance(p, subprocess.Popen) and p.poll() is None]
+
+    def mark_start(self) -> None:
+        self._cpu_start = (time.monotonic(), procstat.cpu_seconds(self._local_pids()))
+        self.budgets.mark_start()
 
     def _request(self, name: str, req: dict, timeout: float = 5.0) -> dict:
         from gossipnode import control
@@ -224,15 +236,27 @@ class LocalDriver(NodeDriver):
             (run_dir / "tc" / "delayline.json").write_text(json.dumps(stats, indent=1))
 
     def _member_cpu(self) -> dict | None:
-        """The CPU the running member processes used so far (orchestrator/procstat.py); only processes of this
-        machine (`subprocess.Popen`: Docker's handles are `docker exec` sessions, whose node runs elsewhere)."""
-        pids = [p.pid for p in self.nodes.values() if isinstance(p, subprocess.Popen) and p.poll() is None]
-        return procstat.processes_cpu(pids) if pids else None
+        """The CPU the running member processes used so far (orchestrator/procstat.py), and from the common start
+        on (`run_*`); only processes of this machine (`subprocess.Popen`: Docker's handles are `docker exec`
+        sessions, whose node runs elsewhere)."""
+        pids = self._local_pids()
+        if not pids:
+            return None
+        out = procstat.processes_cpu(pids)
+        if out is not None and self._cpu_start is not None:
+            t, before = self._cpu_start
+            out.update(procstat.over_run(before, procstat.cpu_seconds(pids), time.monotonic() - t) or {})
+        return out
 
     def stop(self) -> StopReport:
         run = self.ctx.run
         member_cpu = self._member_cpu()
+        cpu_budget = self.budgets.report()
         self._stop_nodes()
+        try:
+            self.budgets.remove()
+        except OrchestratorError as exc:          # teardown removes what is left (the lab state records it)
+            run.log(f"removing the CPU budget cgroups failed: {exc}")
         for name in self.configs:
             try:
                 self.collect_node_files(name)
@@ -246,4 +270,4 @@ class LocalDriver(NodeDriver):
         return StopReport(captures=[{"node": c.node, "ifname": c.ifname, "file": str(c.file.relative_to(run.path)),
                                      "captured": c.captured, "dropped_by_kernel": c.dropped}
                                     for c in self.captures],
-                          manifest={"member_cpu": member_cpu} if member_cpu else {})
+                          manifest={k: v for k, v in (("member_cpu", member_cpu), ("cpu_budget", cpu_budget)) if v})

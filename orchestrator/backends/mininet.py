@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mininet.node import Node as MininetNode
 
-from orchestrator.backends import netns
+from orchestrator.backends import budgets, netns
 from orchestrator.backends.base import Backend, Progress
 from orchestrator.backends.local import LocalDriver
 from orchestrator.errors import BackendError, DelayLineDied
@@ -53,14 +53,15 @@ class NetnsNode(MininetNode):
         return super()._popen(cmd, **params)
 
 
-def _egress(plan: NetworkPlan, node: str) -> list[tuple[str, DirParams, Link, str]]:
-    """(interface, params, link, direction) of every egress of `node`."""
+def _egress(plan: NetworkPlan, node: str, dilation: float = 1.0) -> list[tuple[str, DirParams, Link, str]]:
+    """(interface, params, link, direction) of every egress of `node`; the params as the shaper realises them at
+    time dilation `dilation` (the plan's are virtual: docs/virtual-time.md)."""
     out = []
     for link in plan.links_of(node):
         if link.parent == node:
-            out.append((link.parent_if, link.down, link, "down"))
+            out.append((link.parent_if, link.down.dilated(dilation), link, "down"))
         else:
-            out.append((link.child_if, link.up, link, "up"))
+            out.append((link.child_if, link.up.dilated(dilation), link, "up"))
     return out
 
 
@@ -76,18 +77,18 @@ def node_ip_lines(plan: NetworkPlan, node: str) -> list[str]:
     return lines
 
 
-def node_shaping(plan: NetworkPlan, node: str, shaper: str) -> tuple[list[str], str | None]:
+def node_shaping(plan: NetworkPlan, node: str, shaper: str, dilation: float = 1.0) -> tuple[list[str], str | None]:
     """(tc batch lines, iptables-restore input or None) for one node's egress interfaces (pure)."""
     s = shapers.get(shaper)
-    egress = [(dev, params) for dev, params, _, _ in _egress(plan, node)]
+    egress = [(dev, params) for dev, params, _, _ in _egress(plan, node, dilation)]
     return [x for dev, d in egress for x in s.tc_lines(dev, d)], s.node_rules(egress)
 
 
-def delayline_queues(plan: NetworkPlan, lab: str) -> list[delayline.QueueSpec]:
+def delayline_queues(plan: NetworkPlan, lab: str, dilation: float = 1.0) -> list[delayline.QueueSpec]:
     """One delay-line queue per shaped link direction, numbered per namespace as `node_shaping` numbers them."""
     out = []
     for n in plan.nodes:
-        for queue_num, (_, params, link, direction) in enumerate(_egress(plan, n.name)):
+        for queue_num, (_, params, link, direction) in enumerate(_egress(plan, n.name, dilation)):
             if not params.is_null():
                 out.append(delayline.QueueSpec(id=f"{link.id}/{direction}",
                                                netns=str(netns.NETNS_DIR / ns_name(lab, n.name)),
@@ -145,7 +146,7 @@ class MininetBackend(Backend):
         def configure(node: str) -> None:
             ns = ns_name(lab, node)
             netns.ip_batch(node_ip_lines(plan, node), ns)
-            s.apply(netns, ns, [(dev, params) for dev, params, _, _ in _egress(plan, node)])
+            s.apply(netns, ns, [(dev, params) for dev, params, _, _ in _egress(plan, node, state.dilation)])
 
         progress.start("addresses, routes, shaping", len(names))
         netns.parallel(configure, names, on_done=lambda: progress.advance("addresses, routes, shaping"))
@@ -175,6 +176,7 @@ class MininetBackend(Backend):
         progress.advance("processes")
         if stuck:
             raise BackendError(f"processes {stuck[:5]} inside the lab did not die")
+        budgets.remove_recorded(state)         # the CPU-budget cgroups of a run that did not remove them
         # The delay line and the multicast daemon hold sockets in the namespaces: stop them before deleting them.
         mcast.stop(state)
         self._stop_delayline(state)
@@ -222,12 +224,14 @@ class MininetBackend(Backend):
         state.save()
         s = shapers.get(state.shaper)
         node, dev = (link.parent, link.parent_if) if direction == "down" else (link.child, link.child_if)
-        # Every egress of the node with its parameters now (None: cut): the node's whole mangle table.
+        # Every egress of the node with its parameters now (None: cut): the node's whole mangle table. The state
+        # keeps virtual parameters (as the plan); the shaper gets them dilated.
+        n = state.dilation
         effective = []
-        for d, planned, lk, dirn in _egress(plan, node):
+        for d, planned, lk, dirn in _egress(plan, node, n):
             eff = state.link_overrides.get(f"{lk.id}/{dirn}")
-            effective.append((d, None if eff == "cut" else (DirParams.from_json(eff) if eff else planned)))
-        s.set_link(netns, ns_name(state.lab, node), dev, params, effective,
+            effective.append((d, None if eff == "cut" else (DirParams.from_json(eff).dilated(n) if eff else planned)))
+        s.set_link(netns, ns_name(state.lab, node), dev, None if params is None else params.dilated(n), effective,
                    client=self._client(state) if s.userspace else None, key=key, was_cut=was_cut)
 
     def health(self, state: LabState) -> list[str]:
@@ -269,7 +273,7 @@ class MininetBackend(Backend):
         state.delayline = {"pid": None, "control": f"{sockdir}/dl.sock", "config": str(config),
                            "log": str(state.dir / "delayline.log"), "sockdir": sockdir}
         state.save()
-        queues = delayline_queues(plan, state.lab)
+        queues = delayline_queues(plan, state.lab, state.dilation)
         config.write_text(json.dumps(delayline.render_config(queues, state.delayline["control"],
                                                              seed=plan.seed)))
         proc = delayline.start_delayline(config, rt_priority=50, log_path=state.delayline["log"],

@@ -141,7 +141,8 @@ def context(record: dict, plan: NetworkPlan, data_dir: Path, with_bundle: bool =
     ev = render.extravars(record["lab"], record["shaper_request"], record["strict"], bundle, **extra)
     ctx = AnsibleContext(data_dir=data_dir,
                          inventory=render.render_inventory(hosts, record["lab"], plan, record.get("hosts_file", ""),
-                                                           record.get("snaplen", 128)),
+                                                           record.get("snaplen", 128),
+                                                           dilation=record.get("dilation", 1.0)),
                          extravars=ev, known_hosts=Path(record["known_hosts"]),
                          accept_new_host_keys=record["accept_new_host_keys"],
                          users={h.name: h.user for h in hosts})

@@ -105,8 +105,9 @@ def agent_config(host: Host, lab: str, control: str) -> dict:
                                     "control": control}}}
 
 
-def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port: int = NODE_PORT) -> dict:
-    d = egress_params(plan, host.member)
+def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port: int = NODE_PORT,
+              dilation: float = 1.0) -> dict:
+    d = egress_params(plan, host.member).dilated(dilation)     # the plan's parameters are virtual
     return {
         "ansible_host": host.ssh_host,
         "ansible_port": host.ssh_port,
@@ -130,14 +131,15 @@ def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port:
 
 
 def render_inventory(hosts: list[Host], lab: str, plan: NetworkPlan, source: str = "", snaplen: int = 128,
-                     port: int = NODE_PORT) -> str:
+                     port: int = NODE_PORT, dilation: float = 1.0) -> str:
     """The Ansible inventory (YAML), rendered with Jinja2 from the hosts and the plan."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     env.filters["json"] = lambda v: json.dumps(v, sort_keys=True)
     tpl = env.get_template("inventory.yml.j2")
     return tpl.render(lab=lab, source=source,
-                      hosts=[{"name": h.name, "vars": host_vars(h, lab, plan, snaplen, port)} for h in hosts])
+                      hosts=[{"name": h.name, "vars": host_vars(h, lab, plan, snaplen, port, dilation)}
+                             for h in hosts])
 
 
 def extravars(lab: str, shaper: str, strict: bool, bundle: Path, run_dir: Path | None = None,

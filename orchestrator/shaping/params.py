@@ -5,7 +5,7 @@ Every shaper (netem, delayline, tbf) realises a `DirParams`; the experiment file
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 JitterDist = Literal["uniform", "normal"]
@@ -27,7 +27,7 @@ class GilbertElliott:
 
 @dataclass(frozen=True)
 class DirParams:
-    rate_bps: int | None = None        # None: unlimited
+    rate_bps: float | None = None      # None: unlimited (bits/s; fractional only when dilated)
     delay_s: float = 0.0
     jitter_s: float = 0.0
     jitter_dist: JitterDist = "uniform"
@@ -41,6 +41,14 @@ class DirParams:
         if not self.rate_bps:
             return 0.0
         return (ip_bytes + L2_OVERHEAD_BYTES) * 8 / self.rate_bps
+
+    def dilated(self, n: float) -> "DirParams":
+        """What the shaper realises at time dilation `n` (docs/virtual-time.md): delay and jitter x n, the rate / n
+        (so serialisation takes n times longer); loss, queue limits in packets and reordering unchanged."""
+        if n == 1:
+            return self
+        return replace(self, delay_s=self.delay_s * n, jitter_s=self.jitter_s * n,
+                       rate_bps=self.rate_bps / n if self.rate_bps else self.rate_bps)
 
     def to_json(self) -> dict:
         return asdict(self)

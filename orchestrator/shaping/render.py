@@ -17,6 +17,12 @@ def _pct(p: float) -> str:
     return f"{p * 100:.6g}%"
 
 
+def rate_arg(rate_bps: float) -> str:
+    """A rate for tc: whole bits/s as they are; a dilated (fractional) rate to 6 significant digits. tc keeps
+    bytes/s as an integer, so a fractional rate is truncated by < 1 byte/s (docs/virtual-time.md)."""
+    return f"{int(rate_bps)}bit" if float(rate_bps).is_integer() else f"{rate_bps:.6g}bit"
+
+
 def netem_args(d: DirParams) -> list[str]:
     """netem's options for one direction (also used for live changes: del + add, never `change`)."""
     args: list[str] = []
@@ -35,14 +41,14 @@ def netem_args(d: DirParams) -> list[str]:
     elif d.loss:
         args += ["loss", "random", _pct(d.loss)]
     if d.rate_bps:
-        args += ["rate", f"{d.rate_bps}bit"]
+        args += ["rate", rate_arg(d.rate_bps)]
     args += ["limit", str(d.queue_pkts or UNBOUNDED_QUEUE)]
     return args
 
 
-def tbf_burst_bytes(rate_bps: int) -> int:
+def tbf_burst_bytes(rate_bps: float) -> int:
     # At least one full-size frame, and at least what the rate sends in one 10 ms kernel tick.
-    return max(1600, rate_bps // 8 // 100)
+    return max(1600, int(rate_bps) // 8 // 100)
 
 
 def iptables_restore_input(rules: list[str]) -> str:

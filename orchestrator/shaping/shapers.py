@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from orchestrator.shaping.params import DirParams
 from orchestrator.shaping.render import (UNBOUNDED_QUEUE, Fidelity, iptables_restore_input, netem_args,
-                                         tbf_burst_bytes)
+                                         rate_arg, tbf_burst_bytes)
 
 # A host's experiment egress (hosts backend): class 1:2 of an htb root, everything else unshaped in 1:1.
 HOST_UNSHAPED_RATE = "10gbit"
@@ -132,7 +132,7 @@ class Tbf(Shaper):
         limit = d.queue_pkts or UNBOUNDED_QUEUE
         if d.rate_bps:
             # latency is huge on purpose: the pfifo child, not tbf, bounds the queue (in packets, as specified).
-            lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {d.rate_bps}bit "
+            lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {rate_arg(d.rate_bps)} "
                          f"burst {tbf_burst_bytes(d.rate_bps)} latency 60s")
             lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: pfifo limit {limit}")
         elif d.queue_pkts:
@@ -160,7 +160,7 @@ class Tbf(Shaper):
         if d.is_null() or (not d.rate_bps and not d.queue_pkts):
             return []
         if d.rate_bps:
-            burst, rate = str(tbf_burst_bytes(d.rate_bps)), f"{d.rate_bps}bit"
+            burst, rate = str(tbf_burst_bytes(d.rate_bps)), rate_arg(d.rate_bps)
             cls = {"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", rate, "ceil", rate,
                                             "burst", burst, "cburst", burst, "quantum", "1514"]}
         else:

@@ -143,25 +143,6 @@ def test_quota_refuses_what_the_kernel_cannot_enforce():
             cb.quota(bad)
 
 
-def test_budget_problem():
-    assert cb.budget_problem(None, 1, 20, 2) is None                       # no budget
-    assert cb.budget_problem(1.0, 10, 1, 2, members=20) is None            # 20 x 0.1 = 2 real cores on 2
-    assert "more than the machine's 2 cores" in cb.budget_problem(1.0, 10, 1, 2, members=21)
-    # 0.1 virtual core at N = 200: a lone member gets 0.0005 real cores, not enforceable ...
-    why = cb.budget_problem(0.1, 200, 20, 2)
-    assert why.startswith("nodes.cpu 0.1 virtual cores at dilation 200: a process of 1 member(s) gets "
-                          "1 x 0.1 / 200 = 0.0005 real cores")
-    # ... but when every pack holds 20 (0.01 real cores) it is
-    assert cb.budget_problem(0.1, 200, 20, 2, smallest_process=20) is None
-    # a pack of 30 members x 1.0 / 10 = 3 real cores does not fit on 2
-    assert "a process of 30 member(s) gets 30 x 1 / 10 = 3 real cores" in cb.budget_problem(1.0, 10, 30, 2)
-    assert "positive" in cb.budget_problem(1.0, 0, 1, 2)
-    # 30 x 0.2 / 3 is 2.0000000000000004 in floats: exactly the machine, not more
-    assert cb.budget_problem(0.2, 3, 30, 2, members=30) is None
-
-
-# --- mounts ----------------------------------------------------------------------------------------------------
-
 def _no_v2(_mount: str) -> str | None:
     raise AssertionError("v2 looked at although v1 has cpu")
 

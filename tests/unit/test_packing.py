@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from orchestrator import packs
 from orchestrator import lab as labmod
 from orchestrator.backends import fake, packing
 from orchestrator.backends.base import RunContext
@@ -131,10 +132,10 @@ def test_docker_and_hosts_refuse_packs_in_their_run_checks(monkeypatch):
     with pytest.raises(SpecError, match="hosts backend .* cannot pack"):
         HostsBackend().check_run(exp, plan, "pk", None)
     # auto deciding packs is refused too; auto deciding processes is not
-    monkeypatch.setattr(packing, "mem_available", lambda: 100 * 2**20)
+    monkeypatch.setattr(packs, "mem_available", lambda: 100 * 2**20)
     with pytest.raises(SpecError, match="docker backend .* cannot pack.*auto"):
         DockerBackend().check_run(exp_of(""), plan, "pk", None)
-    monkeypatch.setattr(packing, "mem_available", lambda: 24 * GB)
+    monkeypatch.setattr(packs, "mem_available", lambda: 24 * GB)
     DockerBackend().check_run(exp_of(""), plan, "pk", None)
     DockerBackend().check_run(exp_of("nodes: {packing: process}"), plan, "pk", None)
 
