@@ -30,6 +30,42 @@ def _utc(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else None
 
 
+def time_row(m: dict) -> str:
+    """The run's time dilation (docs/virtual-time.md): every time in the report is virtual."""
+    t = m.get("time") or {}
+    n = t.get("dilation", 1)
+    if n == 1 and t.get("requested", 1) != "auto":
+        return "real time (dilation 1)"
+    how = "auto: " + "; ".join(t.get("reasons") or []) if t.get("requested") == "auto" else "as configured"
+    return f"dilation {n:g}: one virtual second lasted {n:g} real seconds; every time here is virtual ({how})"
+
+
+def judges_row(j: dict | None) -> str:
+    if not j:
+        return "not judged (no judges.json)"
+    parts = [f"{k} {fmt(j.get(v))} ms" for k, v in (("timer lag p99", "lag_p99_ms"), ("hold error p99", "hold_p99_ms"))
+             if j.get(v) is not None]
+    verdict = j.get("verdict", "unjudged")
+    return f"{verdict}" + (f" ({'; '.join(j.get('reasons') or [])})" if j.get("reasons") else "") + \
+        (f": {', '.join(parts)}" if parts else "")
+
+
+def budget_row(b: dict | None, j: dict | None) -> str:
+    if not b:
+        return "none (members take what the machine gives)"
+    if not b.get("enforced"):
+        return f"{b.get('cpu')} virtual cores per member, NOT enforced ({b.get('reason')})"
+    j = j or {}
+    units = b.get("units") or {}
+    out = f"{b.get('cpu'):g} virtual cores per member ({b.get('mechanism')}, {len(units)} processes)"
+    if j.get("budget_bound") is not None:
+        out += (f"; {j['budget_bound']} ran at their budget (throttled in most periods, max "
+                f"{fmt(j.get('throttled_share_max'))})")
+    if j.get("cpu_deficit_max") is not None:
+        out += f"; largest deficit {j['cpu_deficit_max']:.1%} ({j.get('cpu_deficit_unit')})"
+    return out
+
+
 def run_report(res: RunResult) -> tuple[Path, Path]:
     run, s, m, plugin = res.run, res.summary, res.run.manifest, res.plugin
     spec = m.get("spec") or {}
@@ -45,14 +81,19 @@ def run_report(res: RunResult) -> tuple[Path, Path]:
         ["members (senders)", f"{s['members']} ({s['senders']})"],
         ["protocol", plugin.describe(run)],
         ["workload", ", ".join(f"{k} {v}" for k, v in (spec.get("workload") or {}).items())],
-        ["started / duration", f"{_utc(run.t0)} / {fmt(s['duration_s'])} s"],
+        ["started / duration", f"{_utc(m.get('t0_real_unix') or run.t0)} / {fmt(s['duration_s'])} s"],
+        ["time", time_row(m)],
         ["schedule lag (median / max)", f"{fmt(sched.get('lag_ms_median'))} / {fmt(sched.get('lag_ms_max'))} ms"],
         ["fidelity probe (max |error|, received/sent)",
          f"{fmt(fid.get('max_abs_error_ms'))} ms, {fid.get('received')}/{fid.get('sent')}"],
+        ["fidelity judges", judges_row(run.judges)],
+        ["CPU budget", budget_row(m.get("cpu_budget"), run.judges)],
     ]))
 
     doc.add(Heading(1, "Warnings"))
     shaping = [f"shaper {m.get('shaper')}: {w}" for w in m.get("shaping_warnings") or []]
+    judged = [f"unfaithful run: {r}" for r in (run.judges or {}).get("reasons") or []]
+    shaping += [str(w) for w in m.get("warnings") or []] + judged
     if shaping or run.warnings:
         doc.add(Bullets(shaping + run.warnings, warn=True))
     else:

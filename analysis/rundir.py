@@ -63,6 +63,7 @@ class RunDir:
     warnings: list[str] = field(default_factory=list)
     clock_offsets: dict[str, float] = field(default_factory=dict)   # node → host clock - controller clock
     clock: VirtualClock = field(default_factory=VirtualClock)       # the run's virtual time: pcaps are real
+    judges: dict | None = None               # judges.json: the fidelity judges the runner recorded at the end
 
     @property
     def event_offsets(self) -> dict[str, float]:
@@ -220,10 +221,11 @@ def load(path: Path) -> RunDir:
     delayline = _json(path / "tc" / "delayline.json", warnings, "tc/delayline.json") \
         if (path / "tc" / "delayline.json").exists() else None
     fidelity = _json(path / "fidelity.json", warnings, "fidelity.json")
+    judges = _json(path / "judges.json", warnings, "judges.json") if (path / "judges.json").exists() else None
 
     return RunDir(path=path, manifest=manifest, plan=plan, members=members, params=gsgc, protocol=protocol_name,
                   ports=wire_ports(list(configs.values())), t0=float(t0 or 0.0),
                   end=float(end) if end is not None else None, captures=captures, event_logs=event_logs,
                   tc=tc, delayline=delayline, fidelity=fidelity, warnings=warnings,
                   clock_offsets={str(k): float(v) for k, v in (manifest.get("clock_offsets_s") or {}).items()},
-                  clock=clock)
+                  clock=clock, judges=judges if isinstance(judges, dict) else None)

@@ -44,18 +44,23 @@ ACCEPT_NEW_HELP = ("--backend hosts: accept and record the keys of hosts not in 
                    "always refused). Without it an unknown host is an error.")
 
 
+ALLOW_UNENFORCED_HELP = ("--backend hosts: run an experiment with a CPU budget (nodes.cpu) although real machines "
+                         "cannot enforce it; the manifest records it as not enforced.")
+
+
 def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | None, accept_new: bool,
-                   strict: bool) -> dict | None:
+                   strict: bool, allow_unenforced_cpu: bool = False) -> dict | None:
     if backend != "hosts":
-        if inventory or known_hosts or accept_new:
-            raise SpecError("--inventory, --known-hosts and --accept-new-host-keys need --backend hosts")
+        if inventory or known_hosts or accept_new or allow_unenforced_cpu:
+            raise SpecError("--inventory, --known-hosts, --accept-new-host-keys and --allow-unenforced-cpu need "
+                            "--backend hosts")
         return None
     if inventory is not None:              # the hosts file is input too: all of it checked before anything is built
         from orchestrator.hosts.hostsfile import load_hosts
 
         load_hosts(inventory)
     return {"inventory": inventory, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
-            "strict": strict}
+            "strict": strict, "allow_unenforced_cpu": allow_unenforced_cpu}
 
 
 @app.callback()
@@ -77,6 +82,7 @@ def up(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
+    allow_unenforced_cpu: bool = typer.Option(False, "--allow-unenforced-cpu", help=ALLOW_UNENFORCED_HELP),
 ) -> None:
     """Build the experiment's network and leave it running."""
     backend, shaper = backend.value, check_shaper(shaper.value)
@@ -85,7 +91,8 @@ def up(
     t0 = time.monotonic()
     with BarProgress(err) as progress:
         state = labmod.up(prep, backend, shaper, strict_shaping, str(experiment), progress,
-                          _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping),
+                          _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
+                                         allow_unenforced_cpu),
                           dilation=dil.n)
     members = len(prep.plan.members)
     err.print(f"lab [bold]{state.lab}[/] is up: {len(prep.plan.nodes)} nodes ({members} members), "
@@ -110,6 +117,7 @@ def run(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
+    allow_unenforced_cpu: bool = typer.Option(False, "--allow-unenforced-cpu", help=ALLOW_UNENFORCED_HELP),
 ) -> None:
     """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection.
 
@@ -127,7 +135,7 @@ def run(
     opts = RunOptions(backend=backend, out=out_dir, keep=keep, seed=seed, shaper=shaper, strict=strict_shaping,
                       lab=lab, name=name,
                       backend_options=_hosts_options(backend, inventory, known_hosts, accept_new_host_keys,
-                                                     strict_shaping) or {},
+                                                     strict_shaping, allow_unenforced_cpu) or {},
                       on_run_dir=show_run_dir, dilation=parse_dilation(dilation))
     t0 = time.monotonic()
     with BarProgress(err) as progress:
@@ -165,6 +173,9 @@ def status(
     out.print(f"[bold]{s['lab']}[/] ({s['backend']}, {s['status']}) from {s['experiment']}")
     out.print(f"kernel {caps.get('kernel')}: netem={caps.get('netem')} tbf={caps.get('tbf')} "
               f"nfqueue={caps.get('nfqueue')} statistic={caps.get('statistic')}; shaper: [bold]{s['shaper']}[/]")
+    if s.get("dilation", 1) != 1:
+        out.print(f"time dilation {s['dilation']:g}: links realise delay x {s['dilation']:g} and rate / "
+                  f"{s['dilation']:g} (the table shows the virtual parameters); `probe` reports virtual times")
     for w in s["warnings"]:
         out.print(f"[yellow]WARNING: {w}[/]")
     for h in s["health"]:

@@ -270,6 +270,7 @@ def status(lab: str) -> dict:
     return {
         "lab": state.lab, "backend": state.backend, "status": state.status, "shaper": state.shaper,
         "experiment": state.experiment, "plan_digest": state.plan_digest, "created_at": state.created_at,
+        "dilation": state.dilation, "cgroups": len(state.cgroups),
         "capabilities": state.capabilities, "warnings": state.warnings, "health": health,
         "nodes": [{"name": n.name, "role": n.role, "address": n.address, "parent": n.parent} for n in plan.nodes],
         "links": links,

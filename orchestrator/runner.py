@@ -31,7 +31,7 @@ from orchestrator.shaping.params import DirParams
 from orchestrator.source import FieldError
 from orchestrator.spec import locate
 from orchestrator.state import LabState, load_state
-from orchestrator.timebase import Dilation, Measured, check_budgets, resolve_dilation
+from orchestrator.timebase import Dilation, Measured, budget_overcommit, check_budgets, resolve_dilation
 
 START_TIMEOUT_S = 30.0       # nodes must answer on their control socket within this + START_PER_NODE_S each
 START_PER_NODE_S = 0.5
@@ -202,6 +202,15 @@ def decide_dilation(exp, packing: packmod.PackingDecision, members: int, opts: R
         raise FieldError(("time", "dilation"), str(exc)) from None
 
 
+def write_judges(rd: RunDir) -> None:
+    """judges.json: the run's fidelity judges (orchestrator.fidelity.run_judges, default thresholds), written when
+    the run ends, so the analysis reads them from the run directory (and never imports the orchestrator)."""
+    try:
+        (rd.path / "judges.json").write_text(json.dumps(fid.run_judges(rd.path), indent=1))
+    except (OSError, ValueError) as exc:
+        rd.log(f"judging the run failed: {exc}")
+
+
 def make_driver(backend: Backend, ctx: RunContext, decision: packmod.PackingDecision) -> NodeDriver:
     if decision.packed:
         return packmod.PackedDriver(backend, ctx, decision)
@@ -281,6 +290,14 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
                       plan_digest=state.plan_digest if state else plan.digest(),   # hosts: plan.json is realised
                       versions=versions(), started_at=time.time(), status="starting", packing=packing.manifest(),
                       time=dilation.manifest(epoch))
+    if exp.nodes.cpu is not None and not backend.enforces_cpu:      # allowed by the backend's check (a flag)
+        rd.write_manifest(cpu_budget={"enforced": False, "cpu": exp.nodes.cpu,
+                                      "reason": f"the {backend.name} backend cannot enforce it"})
+    over = budget_overcommit(exp.nodes.cpu, len(plan.members), dilation.n, opts.cores or float(os.cpu_count() or 1))
+    if over:
+        rd.log(f"WARNING: {over}")
+        progress.note(f"WARNING: {over}")
+        rd.manifest.setdefault("warnings", []).append(over)
     for reason in dilation.reasons:
         rd.log(f"time: {reason}")
     if dilation.requested == "auto":
@@ -363,6 +380,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             rd.record({"event": "run_stopped", "reason": runner.stopped_reason})
             rd.write_manifest(status=runner.stopped_reason, ended_at=time.time(),
                               schedule=runner.schedule_summary(), captures=report.captures, **report.manifest)
+            write_judges(rd)
             shutil.rmtree(ctl_dir, ignore_errors=True)
             if built and not opts.keep:
                 _note(progress, "tearing down ...")

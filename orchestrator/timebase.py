@@ -130,3 +130,18 @@ def check_budgets(cpu: float | None, dilation: float | str, members_per_process:
                 f"{per_process / n:.3g} real cores, but a member process runs on one core: use a dilation >= "
                 f"{math.ceil(per_process / PROCESS_MAX_CORES):g} (or `time: {{dilation: auto}}`)")
     return None
+
+
+def budget_overcommit(cpu: float | None, members: int, dilation: float, cores: float) -> str | None:
+    """A warning when the members' budgets together exceed the planned share of the cores at a fixed dilation:
+    members that use their whole budgets at once will be starved (the CPU judges will say which). Pure."""
+    if cpu is None:
+        return None
+    real = members * cpu / dilation
+    planned = cores * CPU_HEADROOM - LAB_CPU
+    if real <= planned:
+        return None
+    return (f"nodes.cpu: {members} members x {cpu:g} virtual cores / dilation {dilation:g} = {real:.3g} real cores, "
+            f"more than the {planned:.3g} planned on {cores:g} cores: members that use their whole budgets at once "
+            f"will get less (judged per run); `time: {{dilation: auto}}` would choose N = "
+            f"{math.ceil(members * cpu / planned - 1e-9)}")

@@ -172,6 +172,7 @@ class Backend(ABC):
     remote_shaping: ClassVar[bool] = False      # shaping probed on the remote hosts at `up`, not on this machine
     fidelity_probe: ClassVar[bool] = True       # `popen` in nodes works: the runner probes the shaping
     state_survives_reboot: ClassVar[bool] = False   # what it creates outlives a reboot: keep the state where it does
+    enforces_cpu: ClassVar[bool] = True         # its driver enforces `nodes.cpu` (cgroups, Docker's CPU quota)
 
     @abstractmethod
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:

@@ -32,7 +32,7 @@ class LocalBudgets:
 
     def __init__(self, ctx, cgroups=None):
         self.ctx = ctx
-        self.cpu = ctx.exp.nodes.cpu
+        self.cpu = getattr(getattr(ctx.exp, "nodes", None), "cpu", None)     # None: no budget (or no experiment)
         self.dilation = ctx.clock.dilation
         self._cgroups = cgroups
         self.units: dict[str, dict] = {}          # unit -> {"paths", "members", "real_cores", "pids"}
@@ -140,3 +140,108 @@ def remove_recorded(state, cgroups=None) -> None:
     cgroups.remove(state.cgroups)
     state.cgroups = []
     state.save()
+
+
+# --- Docker: the container's own CPU quota -------------------------------------------------------------------------
+
+def cgroup_dirs(pid: int, proc: Path = Path("/proc"), mounts: str | None = None) -> dict[str, Path]:
+    """The cpu and cpuacct cgroup directories of process `pid` ({"cpu": ..., "cpuacct": ...}; one for both on v2),
+    from /proc/PID/cgroup and the mounts. Empty when the process is gone."""
+    from orchestrator.cpubudget import find_hierarchy
+
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+        mounts = mounts if mounts is not None else Path("/proc/self/mounts").read_text()
+    except OSError:
+        return {}
+    h = find_hierarchy(mounts, lambda mp: (Path(mp) / "cgroup.controllers").read_text()
+                       if (Path(mp) / "cgroup.controllers").exists() else None)
+    out = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        names = set(controllers.split(",")) if controllers else set()
+        rel = path.lstrip("/")
+        if h.version == 2 and not controllers:
+            out = {"cpu": Path(h.cpu) / rel, "cpuacct": Path(h.cpu) / rel}
+        elif "cpu" in names:
+            out["cpu"] = Path(h.cpu) / rel
+            if h.cpuacct == h.cpu:
+                out["cpuacct"] = out["cpu"]
+        elif "cpuacct" in names and h.cpuacct is not None:
+            out["cpuacct"] = Path(h.cpuacct) / rel
+    return out
+
+
+def read_stats(dirs: dict[str, Path]) -> dict | None:
+    """{usage_s, nr_periods, nr_throttled, throttled_s} of a cgroup found by `cgroup_dirs` (v1 or v2)."""
+    try:
+        stat = dict(line.split() for line in (dirs["cpu"] / "cpu.stat").read_text().splitlines() if line.strip())
+    except (OSError, KeyError, ValueError):
+        return None
+    out = {"nr_periods": int(stat.get("nr_periods", 0)), "nr_throttled": int(stat.get("nr_throttled", 0))}
+    if "usage_usec" in stat:                                         # v2
+        out["usage_s"] = int(stat["usage_usec"]) / 1e6
+        out["throttled_s"] = int(stat.get("throttled_usec", 0)) / 1e6
+        return out
+    out["throttled_s"] = int(stat.get("throttled_time", 0)) / 1e9
+    try:
+        out["usage_s"] = int((dirs["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, KeyError, ValueError):
+        out["usage_s"] = None
+    return out
+
+
+class DockerBudgets(LocalBudgets):
+    """Docker's own CPU quota on each member's container (`container.update`): the node runs in it (docker exec).
+    Applied at `prepare`, reset to unlimited at the stop (the lab may serve another run); the figures are read from
+    the container's cgroup (its main process's /proc/PID/cgroup). No run_delay: the deficit judge is not
+    measured on Docker."""
+
+    def __init__(self, ctx, containers):
+        super().__init__(ctx)
+        self.containers = containers               # member -> container (docker SDK), or None for routers
+        self.dirs: dict[str, dict[str, Path]] = {}
+
+    def apply(self) -> None:
+        if not self.active:
+            return
+        from orchestrator.cpubudget import quota
+
+        real = self.cpu / self.dilation
+        try:
+            q, period = quota(real)
+        except ValueError as exc:
+            raise CgroupError(f"nodes.cpu: {exc}") from None
+        for member, c in self.containers.items():
+            c.update(cpu_period=period, cpu_quota=q)
+            c.reload()
+            self.units[member] = {"paths": [], "members": 1, "real_cores": real, "pids": [],
+                                  "quota_us": q, "period_us": period}
+            self.dirs[member] = cgroup_dirs(c.attrs["State"]["Pid"])
+
+    def attach(self, unit: str, members: int, pid: int) -> None:
+        pass                                        # docker exec puts the node in its container's cgroup
+
+    def _snapshot(self) -> dict[str, dict]:
+        now = time.monotonic()
+        out = {}
+        for unit in self.units:
+            s = read_stats(self.dirs.get(unit, {}))
+            if s is not None:
+                out[unit] = {**s, "t": now, "delay": {}}
+        return out
+
+    def report(self) -> dict | None:
+        out = super().report()
+        if out is not None:
+            out["mechanism"] = "Docker CPU quota (cgroup of the container)"
+        return out
+
+    def remove(self) -> None:
+        for member, c in self.containers.items():
+            if member in self.units:
+                try:
+                    c.update(cpu_quota=-1)
+                except Exception:  # noqa: BLE001 - a container gone already has no quota to reset
+                    pass
+        self.units.clear()

@@ -38,6 +38,7 @@ from pathlib import Path
 from orchestrator.backends import netns, packing
 from orchestrator.backends.mininet import BATCH, MininetBackend, ns_name
 from orchestrator.backends.base import Progress
+from orchestrator.backends.budgets import DockerBudgets
 from orchestrator.backends.dockerexec import DockerNodeProcess
 from orchestrator.backends.local import LocalDriver
 from orchestrator.errors import BackendError
@@ -158,6 +159,14 @@ class DockerDriver(LocalDriver):
     def __init__(self, backend, ctx):
         super().__init__(backend, ctx)
         self._started: set[str] = set()
+        if self.budgets.active:                     # nodes.cpu: Docker's own quota on each member's container
+            self.budgets = DockerBudgets(ctx, {m.name: backend._container(ctx.state, m.name)
+                                               for m in ctx.plan.members})
+
+    def prepare(self) -> None:
+        super().prepare()
+        if isinstance(self.budgets, DockerBudgets):
+            self.budgets.apply()
 
     def configure(self, configs: dict[str, dict]) -> dict[str, dict]:
         lab = self.ctx.state.lab

@@ -22,6 +22,7 @@ from orchestrator.hosts.ansible import HostsError
 from orchestrator.hosts.driver import HostsDriver
 from orchestrator.hosts.hostsfile import Host, assign_members, load_hosts
 from orchestrator.plan import NetworkPlan
+from orchestrator.source import FieldError
 from orchestrator.state import LabState
 
 
@@ -31,6 +32,7 @@ def default_known_hosts() -> Path:
 
 class HostsBackend(Backend):
     name = "hosts"
+    enforces_cpu = False            # a member has its host's CPUs: nodes.cpu only with --allow-unenforced-cpu
     remote_shaping = True       # lab.up: the hosts probe their own kernels (in `up`), not this machine's
     fidelity_probe = False      # no popen in a member: the links are the real network
     state_survives_reboot = True    # a reboot of this machine leaves the hosts' qdiscs and processes running
@@ -38,13 +40,14 @@ class HostsBackend(Backend):
 
     def __init__(self, inventory: str | Path | None = None, known_hosts: str | Path | None = None,
                  accept_new_host_keys: bool = False, strict: bool = False, data_dir: Path | None = None,
-                 snaplen: int = 128):
+                 snaplen: int = 128, allow_unenforced_cpu: bool = False):
         self.inventory = Path(inventory) if inventory else None
         self.known_hosts = Path(known_hosts).expanduser().resolve() if known_hosts else default_known_hosts()
         self.accept_new = accept_new_host_keys
         self.strict = strict
         self.data_dir = data_dir
         self.snaplen = snaplen
+        self.allow_unenforced_cpu = allow_unenforced_cpu
 
     # -- runs
     def _hosts(self, plan: NetworkPlan, state: LabState | None) -> list[Host]:
@@ -56,6 +59,11 @@ class HostsBackend(Backend):
 
     def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:
         packing.refuse(self.name, exp, len(plan.members))     # a node is a process on its host (#21)
+        if exp.nodes.cpu is not None and not self.allow_unenforced_cpu:
+            raise FieldError(("nodes", "cpu"), "the hosts backend cannot enforce a CPU budget on real machines "
+                                               "(each member has its host's CPUs): remove nodes.cpu, or pass "
+                                               "--allow-unenforced-cpu to run without it (recorded as not "
+                                               "enforced)")
         hosts = self._hosts(plan, state)
         for h in hosts:                     # the control socket path must fit (render.node_config says why not)
             try:

@@ -58,12 +58,13 @@ def capture_targets(plan, mode: str) -> list[tuple[str, str, list[str]]]:
 
 
 class LocalDriver(NodeDriver):
+    _cpu_start: tuple[float, dict[int, float]] | None = None     # (monotonic, CPU s per pid) at the common start
+
     def __init__(self, backend, ctx):
         super().__init__(backend, ctx)
         self.nodes: dict[str, subprocess.Popen] = {}
         self.captures: list[Capture] = []
         self.budgets = LocalBudgets(ctx)            # nodes.cpu: a cgroup per member process (budgets.py)
-        self._cpu_start: tuple[float, dict[int, float]] | None = None
 
     # -- where the node runs (Docker overrides)
     def start_process(self, name: str):

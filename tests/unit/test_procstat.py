@@ -149,3 +149,12 @@ def test_measure_first_runs_one_point_alone_then_fits_on_its_measurement(tmp_pat
     data = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     first = [e for e in data["points"].values() if e.get("status") == "completed"]
     assert len(first) == 1 and first[0]["fidelity"]["member_cores_each"] == pytest.approx(0.001)
+
+
+def test_cpu_over_the_run_counts_from_the_common_start():
+    from orchestrator.procstat import over_run
+
+    # pid 1 used 2 s before and 5 s at the end; pid 2 started after the start (from 0); pid 3 is gone by the end
+    out = over_run({1: 2.0, 3: 1.0}, {1: 5.0, 2: 1.5}, 10.0)
+    assert out == {"run_cpu_s": 4.5, "run_wall_s": 10.0, "run_cores": 0.45}
+    assert over_run({}, {}, 10.0) is None and over_run({1: 0.0}, {1: 1.0}, 0.0) is None
