@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import lab as labmod
-from orchestrator.clikit import (DILATION_HELP, BackendName, BarProgress, ShaperName, parse_dilation,
-                                 parse_sets as _parse_sets)
+from orchestrator.clikit import (CPU_FROM_HELP, DILATION_HELP, BackendName, BarProgress, ShaperName, parse_cpu_from,
+                                 parse_dilation, parse_sets as _parse_sets)
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.fidelity import PING_IP_BYTES
 from orchestrator.graph import draw_png, to_dot
@@ -117,6 +117,7 @@ def run(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help=KNOWN_HOSTS_HELP),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
+    cpu_from: Optional[Path] = typer.Option(None, "--cpu-from", help=CPU_FROM_HELP),
     allow_unenforced_cpu: bool = typer.Option(False, "--allow-unenforced-cpu", help=ALLOW_UNENFORCED_HELP),
 ) -> None:
     """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection.
@@ -136,7 +137,7 @@ def run(
                       lab=lab, name=name,
                       backend_options=_hosts_options(backend, inventory, known_hosts, accept_new_host_keys,
                                                      strict_shaping, allow_unenforced_cpu) or {},
-                      on_run_dir=show_run_dir, dilation=parse_dilation(dilation))
+                      on_run_dir=show_run_dir, dilation=parse_dilation(dilation), measured=parse_cpu_from(cpu_from))
     t0 = time.monotonic()
     with BarProgress(err) as progress:
         run_dir = run_experiment(experiment, opts, progress, _parse_sets(set_))

@@ -13,7 +13,8 @@ from rich.table import Column, Table
 
 from rich.console import Console
 
-from orchestrator.clikit import DILATION_HELP, BackendName, BarProgress, ShaperName, parse_dilation, parse_sets
+from orchestrator.clikit import (CPU_FROM_HELP, DILATION_HELP, BackendName, BarProgress, ShaperName, parse_cpu_from,
+                                 parse_dilation, parse_sets)
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.units import parse_time
 
@@ -104,6 +105,7 @@ def sweep(
                                          help="Judge: a point whose timer lag p99 (members' common start, the "
                                               "schedule's actions) exceeds this is unfaithful."),
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
+    cpu_from: Optional[Path] = typer.Option(None, "--cpu-from", help=CPU_FROM_HELP),
 ) -> None:
     """Run every point of a sweep (the axes' cartesian product x repetitions), one run directory per point;
     resumable: finished points are skipped. --parallel K runs K points at once when they fit the machine; every
@@ -116,7 +118,7 @@ def sweep(
     opts = _sweep_options(SweepOptions, out_dir, only, axis, repetitions, backend, shaper, strict_shaping, analyze,
                           master, engine=engine, parallel=parallel, rerun_unfaithful=rerun_unfaithful,
                           measure_first=measure_first, max_hold_p99_ms=max_hold_p99_ms, max_lag_p99_ms=max_lag_p99_ms,
-                          dilation=parse_dilation(dilation))
+                          dilation=parse_dilation(dilation), cpu_from=parse_cpu_from(cpu_from))
     t0 = time.monotonic()
     with PointsProgress() as progress:
         root, data = run_sweep(experiment, opts, parse_sets(set_), progress, progress.on_point)

@@ -66,6 +66,19 @@ def parse_dilation(text: str | None) -> float | str | None:
         raise SpecError(f"--dilation {text!r}: {exc}") from None
 
 
+CPU_FROM_HELP = ("A finished run or sweep directory: `time: {dilation: auto}` is sized from the member CPU it measured "
+                 "(min(budget, measured x 1.25) per member) instead of the budgets.")
+
+
+def parse_cpu_from(path):
+    """`--cpu-from RUN_OR_SWEEP_DIR` -> orchestrator.timebase.Measured (SpecError when it measured nothing)."""
+    if path is None:
+        return None
+    from orchestrator.sweeprun import measured_from
+
+    return measured_from(path)
+
+
 def parse_sets(sets: list[str] | None) -> dict[str, str]:
     variables = {}
     for item in sets or []:

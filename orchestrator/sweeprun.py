@@ -73,6 +73,7 @@ class SweepOptions:
     max_lag_p99_ms: float = fid.MAX_LAG_P99_MS
     stop_timeout_s: float = 300.0              # --parallel, Ctrl-C: how long a child may take to stop and tear down
     dilation: float | str | None = None        # --dilation: every point's time.dilation (docs/virtual-time.md)
+    cpu_from: Measured | None = None           # --cpu-from: sizes auto before this sweep has measured anything
 
 
 PointCallback = Callable[[int, int, "float | None", str, str], None]   # done, total, eta_s, point id, status
@@ -214,6 +215,22 @@ def measured_cpu(points: dict) -> Measured | None:
         return None
     return Measured(max(each) if each else None, max(dl) if dl else None,
                     f"the largest of {len(judged)} finished point(s) of this sweep")
+
+
+def measured_from(path: str | Path) -> Measured:
+    """`--cpu-from`: what a finished run directory (its judges) or sweep directory (its points' judges) measured,
+    for `time: {dilation: auto}`. SpecError when it measured nothing."""
+    p = Path(path)
+    if (p / INDEX).exists():
+        m = measured_cpu(json.loads((p / INDEX).read_text()).get("points", {}))
+    elif (p / "manifest.json").exists():
+        m = measured_cpu({"run": {"fidelity": fid.run_judges(p)}})
+    else:
+        raise SpecError(f"--cpu-from {path}: not a run directory (manifest.json) nor a sweep directory ({INDEX})")
+    if m is None or m.member_cores_each is None:
+        raise SpecError(f"--cpu-from {path}: it measured no member CPU (a run of this version on a local backend "
+                        f"measures it)")
+    return Measured(m.member_cores_each, m.daemon_cores, f"--cpu-from {path}")
 
 
 def check_fit(prepared: dict[str, tuple[dict, str]], todo: list[sw.Point], k: int, old_points: dict) -> sw.Fit:
@@ -361,7 +378,8 @@ def _run_sequential(todo, prepared, root, index, opts, progress, on_point, done,
                     run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
                                                                   strict=opts.strict, probe_links=opts.probe_links,
                                                                   probe_paths=opts.probe_paths,
-                                                                  measured=measured_cpu(index.data["points"])),
+                                                                  measured=measured_cpu(index.data["points"])
+                                                                  or opts.cpu_from),
                                              progress)
                     _finish(entry, run_dir, root, opts, progress, p.id, attempt)
                 except KeyboardInterrupt:
@@ -497,7 +515,7 @@ def _start_child(p: sw.Point, attempt: int, slot: int, prepared, root: Path, ind
     index.save()
     result = pdir / f"result-{attempt}.json"
     result.unlink(missing_ok=True)
-    m = measured_cpu(index.data["points"])
+    m = measured_cpu(index.data["points"]) or opts.cpu_from
     job = {"experiment": str(exp_file), "out": str(pdir), "result": str(result), "backend": opts.backend,
            "shaper": opts.shaper, "strict": opts.strict, "probe_links": opts.probe_links,
            "probe_paths": opts.probe_paths, "measured": m.__dict__ if m else None,
