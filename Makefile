@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time
 setup: system venv docker-engine
 
 system:
@@ -226,6 +226,46 @@ repro-gsgc: setup
 	  $(REPRO_OUT)/gsgc-fig8-b45 --out $(REPRO_OUT)/results/gsgc-sims
 	$(PY) -m analysis.figures_gsgc tune $(REPRO_OUT)/tune-sim1-dense200-round0-r5/tune.json \
 	  --grid $(REPRO_OUT)/gsgc-fig6-b3 --out $(REPRO_OUT)/results/gsgc-tune
+
+# Virtual time and CPU budgets (issue 33; docs/virtual-time.md): the small experiments at N = 1 and 4 (5 runs each),
+# the probe at N = 10, budgets held, QSM at 48 members and vsync at 64 quiet and loaded (two busy loops) with budgets
+# and auto against N = 1 without, the undilated kernel timers. Resumable; about 4 hours on 2 cores.
+VT := $(REPRO_OUT)/vt
+VT_RESULTS ?= docs/results/virtual-time
+QUIET := $(PY) -m experiments.busy --loops 0 --load-log $(VT)/load.log --
+LOADED := $(PY) -m experiments.busy --loops 2 --load-log $(VT)/load.log --
+once = ls -d $(1)/*/manifest.json >/dev/null 2>&1 ||   # skip a command whose run directory exists (resumable)
+repro-virtual-time: setup
+	@set -e; for x in demo pbcast-small qsm-small hyparview-small; do \
+	  $(QUIET) $(ORCH) sweep topologies/$$x.yaml --axis time.dilation=1,4 --repetitions 5 --no-analyze \
+	    --out $(VT)/transparency/$$x; done
+	$(PY) -m analysis.virtual_time transparency $(VT)/transparency/* --out $(VT_RESULTS)
+	@set -e; test -s $(VT)/probe-n10.json || { $(ORCH) up topologies/demo.yaml --name vtprobe --dilation 10; \
+	  $(ORCH) probe vtprobe --links 6 --paths 2 --count 20 --no-rate --json > $(VT)/probe-n10.json; \
+	  $(ORCH) teardown vtprobe; }
+	$(PY) -m analysis.virtual_time probe $(VT)/probe-n10.json --out $(VT_RESULTS)
+	@set -e; for k in process 3; do $(call once,$(VT)/budget-$$k) \
+	  $(QUIET) $(ORCH) run topologies/vt-budget.yaml --set packing=$$k --out $(VT)/budget-$$k; done
+	$(PY) -m analysis.virtual_time budget $(VT)/budget-*/vtb-* --out $(VT_RESULTS)
+	@set -e; for c in quiet loaded; do w=$$( [ $$c = quiet ] && echo "$(QUIET)" || echo "$(LOADED)" ); \
+	  for s in 1 2 3; do \
+	    test -n "$$(ls $(VT)/load/qsm-budget-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/qsm-fig9.yaml \
+	      --set members=48 --set send=8s --set cpu=1.0 --set seed=$$s --dilation auto --out $(VT)/load/qsm-budget-$$c/s$$s; \
+	    test -n "$$(ls $(VT)/load/qsm-plain-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/qsm-fig9.yaml \
+	      --set members=48 --set send=8s --set seed=$$s --out $(VT)/load/qsm-plain-$$c/s$$s; \
+	  done; done
+	@set -e; test -n "$$(ls $(VT)/load/pbcast-pilot 2>/dev/null)" || $(QUIET) $(ORCH) run topologies/pbcast-fig10.yaml \
+	  --set members=64 --set span=6s --set cpu=1.0 --dilation 8 --out $(VT)/load/pbcast-pilot
+	@set -e; pilot=$$(ls -d $(VT)/load/pbcast-pilot/f10-* | head -1); for c in quiet loaded; do \
+	  w=$$( [ $$c = quiet ] && echo "$(QUIET)" || echo "$(LOADED)" ); for s in 1 2 3; do \
+	    test -n "$$(ls $(VT)/load/pbcast-budget-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/pbcast-fig10.yaml \
+	      --set members=64 --set span=21s --set cpu=1.0 --set seed=$$s --dilation auto --cpu-from $$pilot \
+	      --out $(VT)/load/pbcast-budget-$$c/s$$s; \
+	    test -n "$$(ls $(VT)/load/pbcast-plain-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/pbcast-fig10.yaml \
+	      --set members=64 --set span=21s --set seed=$$s --out $(VT)/load/pbcast-plain-$$c/s$$s; \
+	  done; done
+	$(PY) -m analysis.virtual_time load $(foreach k,qsm pbcast,$(foreach c,budget plain,$(foreach l,quiet loaded,\
+	  $(k)-$(c)-$(l)=$(VT)/load/$(k)-$(c)-$(l)))) --load-log $(VT)/load.log --out $(VT_RESULTS)
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all

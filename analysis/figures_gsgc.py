@@ -48,6 +48,7 @@ from typing import Any
 
 from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
 from analysis.runlogs import write_csv
+from analysis.stats import mean_ci, welch  # noqa: F401 - the figures' tests import them from here
 
 # the paper's numbers, from its text (seed 000 §4.3, §4.4)
 PAPER_SIM1_B3 = {"b": 3, "s": 9.0, "f_s": 28.6, "window": (4.0, 10.0), "tpr_range": (28.6, 31.2)}
@@ -57,11 +58,6 @@ E = 0.1   # §4.3's fluctuation index
 
 class NoPoints(Exception):
     """A sweep directory without analysis/points.csv."""
-
-
-def mean_ci(xs: list[float]) -> tuple[float | None, float | None]:
-    from analysis.sweep import mean_ci as _m     # imported when used: analysis.sweep loads pyspark's modules
-    return _m(xs)
 
 
 # --- reading (pure given the files) ---------------------------------------------------------------------------
@@ -204,25 +200,6 @@ def windows_per_b(agg: list[dict], e: float = E) -> list[dict[str, Any]]:
         out.append({"b": b, **(w or {"s": None, "f_s": None, "e": e, "bound": None, "lo": None, "hi": None,
                                      "steps_in_window": [], "tpr_max_in_window": None, "lo_at_edge": None,
                                      "hi_at_edge": None, "grid": sorted(x for x, _ in by_b[b])})})
-    return out
-
-
-def welch(a: list[float], b: list[float]) -> dict[str, Any]:
-    """Welch's unequal-variance t-test of two samples (scipy.stats.ttest_ind, equal_var=False): the difference of
-    the means (a - b), t, the Welch-Satterthwaite df and the two-sided p; t, df and p None with fewer than 2 values
-    on a side or both variances zero."""
-    out: dict[str, Any] = {"n_a": len(a), "n_b": len(b),
-                           "diff": statistics.fmean(a) - statistics.fmean(b) if a and b else None,
-                           "t": None, "df": None, "p": None}
-    if len(a) < 2 or len(b) < 2:
-        return out
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:
-        return out
-    from scipy.stats import ttest_ind
-    res = ttest_ind(a, b, equal_var=False)
-    out["t"], out["p"] = float(res.statistic), float(res.pvalue)
-    out["df"] = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     return out
 
 

@@ -205,7 +205,7 @@ def gossip_model(n: int, f: float, view: int = 35, fanout: int = 4, trials: int 
 
 def aggregate(runs: list[dict]) -> list[dict]:
     """Per (protocol, f): n runs, and for each value its mean and 95 % CI half-width (Student t) over the runs."""
-    from analysis.sweep import mean_ci
+    from analysis.stats import mean_ci
 
     groups: dict[tuple[str, float], list[dict]] = {}
     for r in runs:

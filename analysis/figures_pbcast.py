@@ -34,6 +34,7 @@ from typing import Any
 
 from analysis.runlogs import analyse_completed, load_during, read_events, read_load, run_dirs, sweep_runs, write_csv as _write_csv  # noqa: F401
 from analysis.runlogs import pyplot as _plt
+from analysis.stats import mean_ci
 
 WINDOW_S = 0.5          # Figure 1: "80 successive throughput samples, gathered during a 500 ms period"
 SAMPLES = 80
@@ -169,11 +170,6 @@ def analyse_run(run_dir: Path, load: list[tuple[float, float]] | None = None,
 
 VALUES = ("throughput", "throughput_min", "throughput_perturbed", "throughput_1s", "sent_per_s", "send_blocked",
           "sender_pkts_per_msg", "load_mean")
-
-
-def mean_ci(xs: list[float]) -> tuple[float | None, float | None]:
-    from analysis.sweep import mean_ci as _m     # plain Python (no Spark at import)
-    return _m(xs)
 
 
 def aggregate(runs: list[dict]) -> list[dict]:

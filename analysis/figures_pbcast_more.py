@@ -50,7 +50,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from analysis.figures_pbcast import _f, mean_ci, run_throughput
+from analysis.figures_pbcast import _f, run_throughput
+from analysis.stats import mean_ci
 from analysis.runlogs import analyse_completed, load_during, read_events, read_load, run_dirs
 from analysis.runlogs import pyplot as _plt
 from analysis.runlogs import write_csv as _write_csv

@@ -300,7 +300,7 @@ POINT = ("members", "groups", "n_senders", "R", "loss", "token_s", "shaper")
 
 def aggregate(runs: list[dict]) -> list[dict]:
     """Per point (members, G, S, R, loss, token, shaper): n runs; per value its mean, 95 % CI half-width, n."""
-    from analysis.sweep import mean_ci
+    from analysis.stats import mean_ci
 
     groups: dict[tuple, list[dict]] = {}
     for r in runs:

@@ -34,36 +34,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import t as _t
-
 from analysis import protocols
 from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
 from analysis.protocols import ProtocolAnalysis
 from analysis.run import write_csv
+from analysis.stats import mean_ci, t975  # noqa: F401 - also imported from here
 from analysis.rundir import protocol_of
 from orchestrator.units import parse_time
 
 VALUES = ("tpr_s", "tpr_round0_s", "steps_round0", "steps", "avg_queue", "max_queue", "queue_drops", "rounds")
-
-
-def t975(df: int) -> float:
-    """The two-sided 95 % Student t quantile (the 0.975 quantile) for `df` >= 1 degrees of freedom, exact
-    (scipy.stats.t), for every df: 2.042 at 30, 1.984 at 100, tending to the normal's 1.960."""
-    if df < 1:
-        raise ValueError(f"t975: degrees of freedom must be >= 1, not {df}")
-    return float(_t.ppf(0.975, df))
-
-
-def mean_ci(xs: list[float]) -> tuple[float | None, float | None]:
-    """Mean and the half-width of its 95 % confidence interval (Student t); (None, None) for no values, half-width
-    None for a single value."""
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    if not xs:
-        return None, None
-    m = statistics.fmean(xs)
-    if len(xs) < 2:
-        return m, None
-    return m, t975(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
 def queue_stats(delayline: dict | None, probe: dict | None = None) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def analyse_run(run_dir: Path) -> dict[str, Any]:
 
 
 def aggregate(runs: list[dict]) -> list[dict]:
-    from analysis.sweep import mean_ci
+    from analysis.stats import mean_ci
 
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in runs:

@@ -296,8 +296,9 @@ def probe_group(lab: str, group: str, count: int = 100, size: int = 100, sender:
     """The multicast check of one group on a running lab (see orchestrator.mcast.probe)."""
     from orchestrator.mcast.probe import probe_group as run_probe
 
-    _, plan, popen = _healthy_lab(lab)
-    return run_probe(plan, popen, group, count=count, size=size, sender=sender, capture=capture)
+    state, plan, popen = _healthy_lab(lab)
+    return run_probe(plan, popen, group, count=count, size=size, sender=sender, capture=capture,
+                     dilation=state.dilation)
 
 
 def probe_network(lab: str, links: int = 4, paths: int = 2, count: int = 10, seed: int = 0,

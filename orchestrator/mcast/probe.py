@@ -134,13 +134,14 @@ def judge(plan: NetworkPlan, group: Group, sender: str, count: int, size: int, r
 
 
 def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int = 100, sender: str | None = None,
-                gap: float | None = None, capture: bool = True) -> dict:
-    """Run the check on a running lab; `popen(node, argv, **kw)` runs a command inside a node."""
+                gap: float | None = None, capture: bool = True, dilation: float = 1.0) -> dict:
+    """Run the check on a running lab; `popen(node, argv, **kw)` runs a command inside a node. `dilation`: the lab's
+    (docs/virtual-time.md): `gap` and the delays are virtual, the datagrams go `gap` x dilation apart."""
     group = group_of(plan, name)
     sender = sender or group.senders[0]
     if sender not in group.senders:
         raise SpecError(f"--sender: {sender} may not send to group {name} (senders: {', '.join(group.senders)})")
-    gap = default_gap(plan, group, size) if gap is None else gap
+    gap = (default_gap(plan, group, size) if gap is None else gap) * dilation      # real seconds from here on
     tmp = Path(tempfile.mkdtemp(prefix="orch-mcprobe-"))
     caps, recvs = [], {}
     try:
@@ -158,7 +159,7 @@ def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int
                 continue
             ep = next(e for e in member_endpoints(plan, m) if e["name"] == name)
             recvs[m] = popen(m, [*TOOL, "recv", group.address, str(group.port), ep["join_ifs"][0], ep["source"],
-                                 "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 str(max(3.0, 5 * gap))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for m, p in recvs.items():
             if p.stdout.readline().strip() != "ready":
                 raise OrchestratorError(f"multicast probe: the receiver in {m} did not start: {p.stderr.read()}")
@@ -175,6 +176,7 @@ def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int
             lines = out.strip().splitlines()
             if lines:
                 received[m] = json.loads(lines[-1])
+                received[m]["delay_s"] = [d / dilation for d in received[m].get("delay_s") or []]   # virtual
         links = None
         if capture:
             time.sleep(0.5)
