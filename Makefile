@@ -239,14 +239,11 @@ repro-virtual-time: setup
 	@set -e; for x in demo pbcast-small qsm-small hyparview-small; do \
 	  $(QUIET) $(ORCH) sweep topologies/$$x.yaml --axis time.dilation=1,4 --repetitions 5 --no-analyze \
 	    --out $(VT)/transparency/$$x; done
-	$(PY) -m analysis.virtual_time transparency $(VT)/transparency/* --out $(VT_RESULTS)
 	@set -e; test -s $(VT)/probe-n10.json || { $(ORCH) up topologies/demo.yaml --name vtprobe --dilation 10; \
 	  $(ORCH) probe vtprobe --links 6 --paths 2 --count 20 --no-rate --json > $(VT)/probe-n10.json; \
 	  $(ORCH) teardown vtprobe; }
-	$(PY) -m analysis.virtual_time probe $(VT)/probe-n10.json --out $(VT_RESULTS)
 	@set -e; for k in process 3; do $(call once,$(VT)/budget-$$k) \
 	  $(QUIET) $(ORCH) run topologies/vt-budget.yaml --set packing=$$k --out $(VT)/budget-$$k; done
-	$(PY) -m analysis.virtual_time budget $(VT)/budget-*/vtb-* --out $(VT_RESULTS)
 	@set -e; for c in quiet loaded; do w=$$( [ $$c = quiet ] && echo "$(QUIET)" || echo "$(LOADED)" ); \
 	  for s in 1 2 3; do \
 	    test -n "$$(ls $(VT)/load/qsm-budget-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/qsm-fig9.yaml \
@@ -264,8 +261,19 @@ repro-virtual-time: setup
 	    test -n "$$(ls $(VT)/load/pbcast-plain-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/pbcast-fig10.yaml \
 	      --set members=64 --set span=21s --set seed=$$s --out $(VT)/load/pbcast-plain-$$c/s$$s; \
 	  done; done
+	$(QUIET) $(ORCH) sweep topologies/direct-tcp.yaml --axis links.loss=2% --axis time.dilation=1,5 --repetitions 3 \
+	  --no-analyze --out $(VT)/undilated/tcp-loss
+	$(QUIET) $(ORCH) sweep topologies/direct-mcast.yaml --axis time.dilation=1,5 --repetitions 3 --no-analyze \
+	  --out $(VT)/undilated/mcast
+	@set -e; for n in 1 10; do test -s $(VT)/arp-n$$n.json || { $(ORCH) up topologies/demo.yaml --name vtarp \
+	  --dilation $$n; $(PY) -m experiments.arp_first vtarp > $(VT)/arp-n$$n.json; $(ORCH) teardown vtarp; }; done
+	$(PY) -m analysis.virtual_time transparency $(VT)/transparency/* --out $(VT_RESULTS)
+	$(PY) -m analysis.virtual_time probe $(VT)/probe-n10.json --out $(VT_RESULTS)
+	$(PY) -m analysis.virtual_time budget $(VT)/budget-*/vtb-* --out $(VT_RESULTS)
 	$(PY) -m analysis.virtual_time load $(foreach k,qsm pbcast,$(foreach c,budget plain,$(foreach l,quiet loaded,\
 	  $(k)-$(c)-$(l)=$(VT)/load/$(k)-$(c)-$(l)))) --load-log $(VT)/load.log --out $(VT_RESULTS)
+	$(PY) -m analysis.virtual_time undilated $(VT)/undilated/tcp-loss $(VT)/undilated/mcast \
+	  --arp $(VT)/arp-n1.json $(VT)/arp-n10.json --out $(VT_RESULTS)
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all

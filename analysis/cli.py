@@ -3,7 +3,8 @@
 Analyses each run directory (Parquet tables, metrics, `report.md` / `report.html` in the run directory). With
 several run directories, or with `--out`, also writes a comparison report to `--out` (default `./comparison/`).
 Problems with single files are warnings (stderr and the report); a directory that is not a run directory is an
-error for that run, and the others are still analysed. Exit status: 0, or 1 if some run could not be analysed.
+error for that run, and the others are still analysed. Exit status: 0; 2 if no argument is a run directory (bad input,
+as everywhere else); 1 if some run could not be analysed.
 """
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ from analysis.session import get_spark
 DEFAULT_COMPARISON = Path("comparison")
 
 
+class NoRunDirectory(AnalysisError):
+    """None of the arguments is a run directory: bad input (exit 2)."""
+
+
 @dataclass
 class Outcome:
     report_dir: Path
@@ -36,7 +41,7 @@ def run_analysis(run_dirs: list[Path], master: str = "local[*]", out: Path | Non
     a new one on `master`, stopped at the end. Raises AnalysisError if no run could be analysed. A progress
     display per run and stage goes to stderr when it is a terminal and not `quiet` (analysis.progress)."""
     if not run_dirs:
-        raise AnalysisError("no run directory given")
+        raise NoRunDirectory("no run directory given")
     compare = len(run_dirs) > 1 or out is not None
     outcome = Outcome(report_dir=(out or DEFAULT_COMPARISON) if compare else Path(run_dirs[0]))
     runs = []
@@ -47,7 +52,7 @@ def run_analysis(run_dirs: list[Path], master: str = "local[*]", out: Path | Non
             outcome.failed[str(d)] = str(exc)
             print(f"error: {exc}", file=sys.stderr)
     if not runs:
-        raise AnalysisError("no run could be analysed: " + "; ".join(outcome.failed.values()))
+        raise NoRunDirectory("no run could be analysed: " + "; ".join(outcome.failed.values()))
     active = SparkSession.getActiveSession()
     spark = active or get_spark(master)
     try:
@@ -91,5 +96,5 @@ def main(argv: list[str] | None = None) -> int:
         outcome = run_analysis(args.run_dirs, args.master, args.out, args.quiet)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, NoRunDirectory) else 1
     return 1 if outcome.failed else 0

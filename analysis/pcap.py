@@ -122,9 +122,18 @@ class PcapFile:
             what = "a pcapng file (only classic pcap is read)" if magic == _PCAPNG else f"magic {magic:#010x}"
             raise PcapError(f"{self.name}: not a pcap file: {what}")
         order, self._unit = _MAGIC[magic]
+        self.order = order          # struct byte order of the headers ("<" or ">")
+        self.unit = self._unit      # seconds per unit of the records' fraction field (1e-6 or 1e-9)
         _, _, _, _, self.snaplen, network = struct.unpack_from(order + "HHiIII", self._mm, 4)
         self.link_type = network & 0x0FFFFFFF  # the upper bits carry FCS information
         self._record = struct.Struct(order + "IIII")
+
+    @property
+    def buffer(self) -> mmap.mmap:
+        """The whole file, memory-mapped (the vectorised reader, `analysis.pcapvec`, indexes it). Views of it must
+        be released before `close`."""
+        assert self._mm is not None, "closed"
+        return self._mm
 
     def close(self) -> None:
         if self._mm is not None:

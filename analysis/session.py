@@ -22,6 +22,9 @@ import analysis
 import gossipnode
 
 
+LOG4J2 = Path(__file__).resolve().parent / "log4j2.properties"
+
+
 def get_spark(master: str = "local[*]", conf: dict[str, str] | None = None) -> SparkSession:
     if master.startswith("local"):
         # A local Spark binds to loopback only: no listening on the machine's real interfaces.
@@ -40,10 +43,14 @@ def get_spark(master: str = "local[*]", conf: dict[str, str] | None = None) -> S
         # protocol packages on the filesystem, which a zip on the path is not).
         paths = [*source_roots(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(dict.fromkeys(paths)))
-    for key, value in (conf or {}).items():
+    conf = dict(conf or {})
+    # Spark's log4j2 at ERROR from the JVM's start (setLogLevel comes too late for the start-up warnings).
+    conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
+        f"-Dlog4j2.configurationFile=file:{LOG4J2}", conf.get("spark.driver.extraJavaOptions")]))
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
         ship_code(spark)
     return spark

@@ -4,6 +4,7 @@
     python -m analysis.virtual_time load SET=DIR... --out DIR             quiet against loaded, with and without budgets
     python -m analysis.virtual_time probe FILE.json --out DIR             `orchestrator probe --json` at N = 10
     python -m analysis.virtual_time budget RUN_DIR... --out DIR           what members with a small budget got
+    python -m analysis.virtual_time undilated SWEEP_DIR... --arp F.json --out DIR   TCP over loss, multicast, ARP
     python -m analysis.virtual_time tables --out DIR                      the .md tables again, from the CSVs only
 
 Each subcommand writes its runs (every run, excluded ones with the reason) as a CSV and the page's table as .md,
@@ -73,8 +74,9 @@ def _json(path: Path) -> dict:
 
 # --- transparency: the same experiment at N = 1 and N = 4 ---------------------------------------------------------
 
-def transparency_runs(sweeps: list[Path], master: str = "local[2]") -> list[dict]:
-    """One row per point of the sweeps (completed or not): experiment, N, repetition, verdict, the key metrics."""
+def transparency_runs(sweeps: list[Path], master: str = "local[2]", extra: tuple[str, ...] = ()) -> list[dict]:
+    """One row per point of the sweeps (completed or not): experiment, N, repetition, verdict, the key metrics (and
+    the summary's `extra` keys)."""
     from analysis.sweep import run_summaries
 
     rows = []
@@ -96,7 +98,7 @@ def transparency_runs(sweeps: list[Path], master: str = "local[2]") -> list[dict
                    "excluded": None if e.get("status") == "completed" and s else
                    f"not completed ({e.get('status')}: {e.get('error')})" if e.get("status") != "completed"
                    else "no analysis summary"}
-            for k in (*COMMON, *KEY_METRICS.get(protocol or "", ())):
+            for k in (*COMMON, *KEY_METRICS.get(protocol or "", ()), *extra):
                 row[k] = s.get(k)
             rows.append(row)
     return rows
@@ -261,9 +263,53 @@ def budget_table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+# --- what is not dilated: TCP's timers, multicast without IGMP timers, ARP ----------------------------------------
+
+UNDILATED_METRICS = ("latency_median_s", "latency_p90_s", "latency_p99_s", "latency_max_s", "delivery_ratio_mean")
+
+
+def undilated_runs(sweeps: list[Path], arp: list[Path], master: str = "local[2]") -> list[dict]:
+    rows = [{**r, "check": r["experiment"]} for r in transparency_runs(sweeps, master, UNDILATED_METRICS)]
+    for f in arp:
+        doc = _json(f)
+        for t in doc.get("trials") or []:
+            rows.append({"check": "arp", "experiment": f.name, "dilation": doc.get("dilation"), "link": t["link"],
+                         "first_ms": t["first_ms"], "second_ms": t["second_ms"]})
+    return rows
+
+
+def undilated_table(rows: list[dict]) -> str:
+    out = ["| check | metric | N = 1: mean ± 95 % CI (runs) | N > 1: mean ± 95 % CI (runs) | N | Welch p |",
+           "|---|---|---|---|---|---|"]
+    for check in sorted({r["check"] for r in rows if r["check"] != "arp"}):
+        rs = [r for r in rows if r["check"] == check and not r.get("excluded")]
+        ns = sorted({_num(r["dilation"]) for r in rs} - {1.0, None})
+        for k in UNDILATED_METRICS:
+            a = [x * (1000 if k.endswith("_s") else 1) for r in rs if _num(r["dilation"]) == 1
+                 and (x := _num(r.get(k))) is not None]
+            b = [x * (1000 if k.endswith("_s") else 1) for r in rs if _num(r["dilation"]) in ns
+                 and (x := _num(r.get(k))) is not None]
+            (ma, ca), (mb, cb) = mean_ci(a), mean_ci(b)
+            unit = " (virtual ms)" if k.endswith("_s") else ""
+            out.append(f"| {check} | {k.removesuffix('_s')}{unit} | {fmt(ma)} ± {fmt(ca)} ({len(a)}) | "
+                       f"{fmt(mb)} ± {fmt(cb)} ({len(b)}) | {', '.join(f'{n:g}' for n in ns)} | "
+                       f"{fmt(welch(b, a)['p'])} |")
+    arp = [r for r in rows if r["check"] == "arp"]
+    if arp:
+        out += ["", "| ARP: the first ping's extra RTT (first − second) | N | trials | median, real ms | max, real ms | "
+                    "median, virtual ms |", "|---|---|---|---|---|---|"]
+        for n in sorted({_num(r["dilation"]) for r in arp}):
+            xs = sorted(_num(r["first_ms"]) - _num(r["second_ms"]) for r in arp if _num(r["dilation"]) == n)
+            med = xs[len(xs) // 2] if xs else None
+            out.append(f"| neighbour resolution | {n:g} | {len(xs)} | {fmt(med)} | {fmt(max(xs) if xs else None)} | "
+                       f"{fmt(med / n if med is not None else None)} |")
+    return "\n".join(out) + "\n"
+
+
 # --- the command ----------------------------------------------------------------------------------------------
 
-TABLES = {"transparency": transparency_table, "load": load_table, "probe": probe_table, "budget": budget_table}
+TABLES = {"transparency": transparency_table, "load": load_table, "probe": probe_table, "budget": budget_table,
+          "undilated": undilated_table}
 
 
 def _write(out: Path, name: str, rows: list[dict]) -> None:
@@ -275,13 +321,15 @@ def _write(out: Path, name: str, rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.virtual_time", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("transparency", "load", "probe", "budget", "tables"):
+    for name in ("transparency", "load", "probe", "budget", "undilated", "tables"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, required=True)
         if name != "tables":
             p.add_argument("inputs", nargs="+")
-        if name == "transparency":
+        if name in ("transparency", "undilated"):
             p.add_argument("--master", default="local[2]")
+        if name == "undilated":
+            p.add_argument("--arp", nargs="*", default=[], type=Path)
         if name == "load":
             p.add_argument("--load-log", type=Path)
     a = ap.parse_args(argv)
@@ -294,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         _write(a.out, "probe", [r for f in a.inputs for r in probe_rows(_json(Path(f)))])
     elif a.cmd == "budget":
         _write(a.out, "budget", budget_rows([Path(x) for x in a.inputs]))
+    elif a.cmd == "undilated":
+        _write(a.out, "undilated", undilated_runs([Path(x) for x in a.inputs], a.arp, a.master))
     else:
         for name, table in TABLES.items():
             f = a.out / f"{name}_runs.csv"

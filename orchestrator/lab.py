@@ -42,7 +42,12 @@ def prepare(experiment_path: str | Path, name: str | None = None, variables: dic
     plan = build_plan(exp)
     if exp.protocol is not None and plan.members:        # what `run` would refuse in the members' configs
         from orchestrator.nodeconfig import node_configs
-        node_configs(exp, plan, Path("/run-dir-not-created"), Path("/ctl-dir-not-created"), check_only=True)
+        from orchestrator.source import FieldError
+        from orchestrator.spec import locate
+        try:
+            node_configs(exp, plan, Path("/run-dir-not-created"), Path("/ctl-dir-not-created"), check_only=True)
+        except FieldError as exc:
+            raise locate(experiment_path, exc, variables) from None
     if lab in list_labs():
         raise LabExists(f"lab {lab!r} is already up (use `orchestrator teardown {lab}` or --name)")
     return Prepared(exp, plan, lab)

@@ -9,7 +9,10 @@ import random
 from pathlib import Path
 from typing import Callable
 
+from pydantic import ValidationError
+
 from orchestrator.errors import SpecError
+from orchestrator.source import FieldError
 from orchestrator.mcast.tree import member_endpoints
 from orchestrator.protocols import SECTIONS, Context
 from orchestrator.plan import NetworkPlan
@@ -74,13 +77,26 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
             cfg["multicast"] = groups
         try:
             NodeConfig.model_validate(cfg)
-        except Exception as exc:  # pydantic's ValidationError: report it as bad input
-            first = str(exc).splitlines()
-            raise SpecError(f"protocol/workload for the node: {' '.join(first[1:3]) or first[0]}") from None
+        except ValidationError as exc:       # bad input: the first problem, at the experiment's field
+            raise node_config_error(exc, exp) from None
         out[m.name] = cfg
     return out
 
 
+
+
+def node_config_error(exc: ValidationError, exp: Experiment) -> FieldError:
+    """A node config the node's model refuses, as a FieldError on the experiment's field (its loader adds the file
+    and the line): `protocol.<name>` for the protocol's parameters and checks, `workload` for the workload's."""
+    err = exc.errors()[0]
+    msg = str(err.get("msg", exc)).removeprefix("Value error, ")
+    loc = tuple(err.get("loc") or ())
+    name = next(iter(exp.protocol.model_dump(exclude_none=True)), "protocol") if exp.protocol is not None else None
+    if loc[:1] == ("workload",):
+        return FieldError(("workload",), f"{msg} (the node's {'.'.join(map(str, loc))})")
+    where = ("protocol", name) if name else ("protocol",)
+    detail = f" (the node's {'.'.join(map(str, loc))})" if len(loc) > 1 else ""
+    return FieldError(where, msg + detail)
 
 
 def with_netns(configs: dict[str, dict], netns_of: Callable[[str], str]) -> dict[str, dict]:

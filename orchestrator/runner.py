@@ -272,7 +272,10 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
     # The lab's clock: virtual time from this epoch on (docs/virtual-time.md); every node and record uses it.
     epoch = time.time()
     clock = dilation.clock(epoch)
-    configs = node_configs(exp, plan, run_path, ctl_dir)
+    try:
+        configs = node_configs(exp, plan, run_path, ctl_dir)
+    except FieldError as exc:
+        raise locate(experiment_path, exc, variables) from None
     for name, cfg in configs.items():
         if dcls.COMMON_START:       # joiners run the protocol as soon as they start
             cfg["wait_for_start"] = name not in timeline.joiners

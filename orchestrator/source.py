@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 import yaml
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import ValidationError
@@ -314,10 +315,23 @@ def _template_line(exc: BaseException) -> int | None:
 
 
 def render(text: str, path: str, variables: dict[str, Any] | None = None) -> Source:
-    """Render Jinja2 when the file uses it ({{ }} or {% %}), sandboxed; undefined variables are errors."""
+    """Render Jinja2 when the file uses it ({{ }} or {% %}), sandboxed; undefined variables are errors, and so are
+    variables given (--set) that the file does not use (a typo would otherwise be silently ignored)."""
     if "{{" not in text and "{%" not in text:
+        if variables:
+            raise SpecError(f"--set {next(iter(variables))}: {path} is not a template (it has no {{{{ }}}} or "
+                            f"{{% %}}): there is nothing to set")
         return Source(path, text)
     env = _Sandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    if variables:
+        try:
+            used = jinja2.meta.find_undeclared_variables(env.parse(text))
+        except jinja2.TemplateSyntaxError as exc:
+            raise SpecError(one_line(f"{path}:{exc.lineno}: template error: {exc.message}")) from None
+        unknown = sorted(set(variables) - used)
+        if unknown:
+            raise SpecError(f"--set {unknown[0]}: {path} has no variable {unknown[0]!r} (its variables: "
+                            f"{', '.join(sorted(used)) or 'none'})")
     try:
         out, size = [], 0
         for chunk in env.from_string(text).generate(**(variables or {})):
