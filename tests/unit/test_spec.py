@@ -143,7 +143,7 @@ def test_templates_are_sandboxed(tmp_path):
         f = tmp_path / "t.yaml"
         f.write_text(TOPO + f"description: '{attack}'\n")
         with pytest.raises(SpecError) as exc:
-            load_experiment(f, {"x": "1"})
+            load_experiment(f, {"x": "1"} if "x." in attack else None)
         msg = str(exc.value)
         assert msg.startswith(f"{f}:2: template error: ") and "unsafe" in msg and "sandbox" in msg, msg
 
@@ -201,3 +201,29 @@ def test_unreadable_inputs_are_one_line_spec_errors(tmp_path):
         load_experiment("/dev/zero")
     with pytest.raises(SpecError, match="is a directory"):
         load_experiment(tmp_path)
+
+
+def test_a_variable_the_experiment_does_not_use_is_refused(tmp_path):
+    tpl = tmp_path / "t.yaml"
+    tpl.write_text("topology: {kind: tree, nodes: {{ n | default(3) }}, degree: 2}\n")
+    assert load_experiment(tpl, {"n": "5"}).topology.nodes == 5
+    with pytest.raises(SpecError, match=r"--set m: .*t.yaml has no variable 'm' \(its variables: n\)"):
+        load_experiment(tpl, {"m": "5"})
+    plain = tmp_path / "p.yaml"
+    plain.write_text("topology: {kind: tree, nodes: 3, degree: 2}\n")
+    with pytest.raises(SpecError, match=r"--set x: .*p.yaml is not a template"):
+        load_experiment(plain, {"x": "1"})
+
+
+def test_a_node_config_the_node_refuses_is_one_located_line(tmp_path):
+    from orchestrator.lab import prepare
+
+    f = tmp_path / "q.yaml"
+    f.write_text("topology: {kind: tree, nodes: 4, degree: 2}\n"
+                 "protocol:\n  qsm:\n    groups:\n      - {name: a, members: all}\n"
+                 "workload: {senders: [h0], rate_per_s: 10, size_bytes: 100}\n")
+    with pytest.raises(SpecError) as err:
+        prepare(f)
+    msg = str(err.value)
+    assert msg.startswith(f"{f}:3: protocol.qsm: qsm: member h0 needs the multicast group 'r-a'")
+    assert "pydantic" not in msg and "input_value" not in msg and "\n" not in msg
