@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets
 setup: system venv docker-engine
 
 system:
@@ -274,6 +274,37 @@ repro-virtual-time: setup
 	  $(k)-$(c)-$(l)=$(VT)/load/$(k)-$(c)-$(l)))) --load-log $(VT)/load.log --out $(VT_RESULTS)
 	$(PY) -m analysis.virtual_time undilated $(VT)/undilated/tcp-loss $(VT)/undilated/mcast \
 	  --arp $(VT)/arp-n1.json $(VT)/arp-n10.json --out $(VT_RESULTS)
+
+# The CPU-bound results again with a CPU per member (issue 33; docs/reproduction-qsm.md, docs/reproduction-pbcast.md,
+# docs/reproduction.md): QSM Figure 9 (2-71 members) and 16, vsync's Figure 10a (8-105 members), Figure 12 at 66,
+# traditional virtual synchrony's Figure 1 at 32, 64, 96 members and 200 msgs/s, GSGC Figure 6 at b = 3 at
+# dilation 10 (its start-up burst, not its load, needs the time). Resumable; many hours on 2 cores.
+BUDGET := --axis nodes.cpu=1.0 --dilation auto --no-analyze
+repro-budgets: setup
+	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=2,4,8,16,32,48,71 --axis workload.stop=12s \
+	  --axis duration=18s $(BUDGET) --out $(REPRO_OUT)/qsm-fig9-budget
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9-budget --out docs/results/qsm-fig9-budget
+	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
+	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 --dilation 10 $(GSGC_SWEEP) --parallel 3 \
+	  --out $(REPRO_OUT)/gsgc-fig6-b3-n10
+	$(PY) -m analysis.sweep $(REPRO_OUT)/gsgc-fig6-b3-n10 --engine events
+	$(PY) -m analysis.figures_gsgc fig6 $(REPRO_OUT)/gsgc-fig6-b3-n10 --sim I --out docs/results/gsgc-fig6-n10
+	$(ORCH) sweep topologies/pbcast-fig10-sweep.yaml --axis topology.nodes=8,16,32,64,105 $(BUDGET) \
+	  --out $(REPRO_OUT)/pbcast-fig10-budget
+	$(PY) -m analysis.figures_pbcast_more fig10 $(REPRO_OUT)/pbcast-fig10-budget --out docs/results/pbcast-fig10-budget
+	$(ORCH) sweep topologies/qsm-fig16-sweep.yaml --axis workload.stop=12s --axis duration=18s --repetitions 3 \
+	  $(BUDGET) --out $(REPRO_OUT)/qsm-fig16-budget
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig16-budget --out docs/results/qsm-fig16-budget
+	@set -e; for s in 1 2; do for n in 32 64 96; do for p in 0 0.1 0.3 0.5; do d=$(REPRO_OUT)/pbcast-fig1-budget/s$$s/n$$n-p$$p; \
+	  test -n "$$(ls $$d 2>/dev/null)" || $(ORCH) run topologies/pbcast-fig1.yaml --set protocol=tradvsync --set rate=200 \
+	    --set members=$$n --set p=$$p --set span=41s --set cpu=1.0 --set seed=$$s --dilation auto --out $$d; \
+	  done; done; done
+	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1-budget/s*/n*/f1-* --out docs/results/pbcast-fig1-budget
+	@set -e; for s in 1 2; do for p in 0 0.1 0.3 0.5; do d=$(REPRO_OUT)/pbcast-fig12-budget/s$$s/p$$p; \
+	  test -n "$$(ls $$d 2>/dev/null)" || $(ORCH) run topologies/pbcast-fig1.yaml --set protocol=vsync --set rate=100 \
+	    --set members=66 --set p=$$p --set span=61s --set cpu=1.0 --set seed=$$s --dilation auto --out $$d; \
+	  done; done
+	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig12-budget/s*/p*/f1-* --out docs/results/pbcast-fig12-budget
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
