@@ -11,7 +11,8 @@ nfq_floor.c with gcc into a temporary directory, and:
 1. sends UDP (100 B IP packets) from a to b at `--latency-pps` for a while without any rule: one-way latency
    (sender's CLOCK_MONOTONIC stamp in the payload -> the receiver's read; also the kernel's receive timestamp,
    SO_TIMESTAMPNS) -- the path without a queue;
-2. adds `-t mangle -A POSTROUTING -o <veth> -j NFQUEUE --queue-num 0` in a (as the delay line's rules) with
+2. adds `-t mangle -A POSTROUTING -o <veth> -j NFQUEUE --queue-num 0` in a (the delay line queues in FORWARD and
+   OUTPUT; for one sender's own packets the two hooks cost the same) with
    nfq_floor serving queue 0 (SCHED_FIFO 50, like the delay line in bench_delayline.py), and sends at
    `--rate-pps` for `--seconds` to a port nobody listens on (0: as fast as a sender goes -- `--sender c`, the
    default, is nfq_floor's own sendmmsg flooder at normal priority, `python` one Python loop): packets/s through

@@ -12,7 +12,7 @@ same 100-byte datagrams (no asyncio, no decoding, no event log).
   thread — like the QSM receive measurement, whose feeding socket lives in the same process, the send is counted.
 
 Transport `udp` with one receiver: one unicast datagram per packet, as one IP multicast datagram per region is.
-The lab's own costs (the delay line's per packet-hop, README "Delay line") come on top and are not measured here.
+The lab's own costs (the delay line's per packet-hop, docs/benchmarks.md) come on top and are not measured here.
 
     python benchmarks/bench_qsm.py [--seconds 3] [--packets 20000] [--json FILE]
 

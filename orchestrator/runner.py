@@ -356,6 +356,11 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             start_unix = time.time() + margin
             t0 = runner.clock() + margin
             driver.start_protocol(first, clock.to_virtual(start_unix))     # the nodes' clocks are virtual
+            late = runner.clock() - t0
+            rd.write_manifest(start={"margin_s": margin, "requests_done_s": late + margin})
+            if late > 0:            # some members got their request after t0: they start late (judged)
+                rd.log(f"WARNING: the start requests were still going out {late * 1000:.0f} ms after the common "
+                       f"start ({len(first)} members, margin {margin:.2f} s)")
         else:
             start_unix, t0 = time.time(), runner.clock()
         # t0_unix is virtual, as every event's ts; t0_real_unix is when that was on the machine's clock.

@@ -312,12 +312,12 @@ def slot_experiment(doc: dict, slot: int, slots: int, base_name: str) -> dict:
     return set_path(out, "addressing.links", links)
 
 
-MEMBER_MEM_BYTES = 40 * 2 ** 20         # a member process (README: ~35 MB RSS), rounded up
+MEMBER_MEM_BYTES = 40 * 2 ** 20         # a member process (~35 MB RSS, docs/packing.md), rounded up
 PACKED_MEMBER_MEM_BYTES = 3 * 2 ** 20   # a member packed with others (issue #21's target)
 LAB_MEM_BYTES = 150 * 2 ** 20           # the point's orchestrator, delay line and multicast daemons
 MEMBER_CPU = 0.02                       # cores a member process uses at the sweeps' rates (gossip, timers)
 LAB_CPU = 0.1                           # the point's orchestrator (schedule, health checks) and idle daemons
-DELAYLINE_S_PER_HOP = 56e-6             # CPU seconds per packet-hop of the delay line (README)
+DELAYLINE_S_PER_HOP = 56e-6             # CPU seconds per packet-hop of the delay line (docs/benchmarks.md)
 CPU_HEADROOM = 0.8                      # at most this share of the cores is planned, the rest keeps timers on time
 MEM_HEADROOM = 0.8                      # and of MemAvailable
 

@@ -1,9 +1,9 @@
 """The Mininet backend: hosts that route, no switches, no controller, veth links (docs/architecture.md §3).
 
 Every node is a named network namespace `<lab>-<node>` (so the lab outlives the `up` process and later
-`exec`/`status`/`run` calls find it). Processes inside a node are Mininet `Node`s: `NetnsNode` starts Mininet's
-shell (mnexec + bash) inside the named namespace, so `cmd`, `popen` (mnexec -a), `sendInt` and `terminate` are
-Mininet's own.
+`exec`/`status`/`run` calls find it). `exec` and `orchestrator cli` use Mininet `Node`s: `NetnsNode` starts
+Mininet's shell (mnexec + bash) inside the named namespace, so its `cmd`, `sendInt` and `terminate` are Mininet's
+own; the run's processes (nodes, captures, probes) start with `ip netns exec` (`popen`).
 
 Departure from Mininet's `Topo`/`Link`/`TCIntf` for the wiring: those spawn several processes per interface and
 print-and-continue when tc fails (a kernel without netem then silently gets no delay). Here the wiring is one
