@@ -2,6 +2,7 @@
 --parallel fit (sweeprun.check_fit) sized by it instead of the fixed per-member guess. Hand-worked numbers."""
 from __future__ import annotations
 
+import time
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -158,3 +159,28 @@ def test_cpu_over_the_run_counts_from_the_common_start():
     out = over_run({1: 2.0, 3: 1.0}, {1: 5.0, 2: 1.5}, 10.0)
     assert out == {"run_cpu_s": 4.5, "run_wall_s": 10.0, "run_cores": 0.45}
     assert over_run({}, {}, 10.0) is None and over_run({1: 0.0}, {1: 1.0}, 0.0) is None
+
+
+def test_start_requests_go_out_together_and_all_arrive():
+    import threading
+
+    from orchestrator.backends.local import LocalDriver
+
+    drv = LocalDriver.__new__(LocalDriver)
+    seen, lock, inflight, most = [], threading.Lock(), [0], [0]
+
+    def request(name, req, timeout=5.0):
+        with lock:
+            inflight[0] += 1
+            most[0] = max(most[0], inflight[0])
+        time.sleep(0.05)
+        with lock:
+            inflight[0] -= 1
+            seen.append((name, req["at"]))
+        return {"ok": True}
+
+    drv._request = request
+    names = [f"h{i}" for i in range(40)]
+    drv.start_protocol(names, 123.0)
+    assert sorted(seen) == sorted((n, 123.0) for n in names)
+    assert most[0] > 1                      # not one after another
