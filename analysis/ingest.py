@@ -1,8 +1,9 @@
 """Ingest jobs: pcaps → packets table, event logs → events table (Parquet under `<run>/analysis/`).
 
 The pcaps are opened and parsed on the executors, one task per file, in one pass: `parse_packets` decodes each
-file into Arrow record batches of the PACKETS schema (`DataFrame.mapInArrow`, no Python rows cross to the JVM)
-and, when given a `ScanSink`, reports what the read found about the file (the CAPTURES row `scan_captures`
+file into Arrow record batches of the PACKETS schema with numpy over the file's bytes (`analysis.pcapvec`; the
+per-packet decoder `analysis.pcap.packet_rows` is the reference it equals), handed to the JVM as they are
+(`DataFrame.mapInArrow`, no Python rows) and, when given a `ScanSink`, reports what the read found about the file (the CAPTURES row `scan_captures`
 gives) through a Spark accumulator, so the file is not read a second time for it (`ingest_packets`). The driver
 only handles the list of files and the per-file summary. Each job is a pure `DataFrame -> DataFrame` function;
 `read_*`, `write_*` and `ingest_packets` are the thin I/O around them.
@@ -18,7 +19,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from analysis.pcap import CaptureFile, CaptureScan, Ports, packet_rows, scan
+from analysis.pcap import CaptureFile, CaptureScan, Ports, scan
+from analysis.pcapvec import packet_batches
 from analysis.schemas import CAPTURES, EVENT_JSON, EVENTS, PACKETS
 from gossipnode.vclock import VirtualClock
 
@@ -114,8 +116,8 @@ def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str
             for f in b.to_pylist():
                 cap = CaptureFile(**f)
                 found = CaptureScan(cap) if acc is not None else None
-                yield from to_batches(packet_rows(cap, run_id, t0, names, offs.get(cap.node, 0.0), ports, found,
-                                                  clock), schema)
+                yield from packet_batches(cap, run_id, t0, names, offs.get(cap.node, 0.0), ports, found, clock,
+                                          BATCH_ROWS, schema)
                 if acc is not None:
                     acc.add({cap.file: found.row()})
 

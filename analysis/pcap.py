@@ -137,7 +137,10 @@ class PcapFile:
 
     def close(self) -> None:
         if self._mm is not None:
-            self._mm.close()
+            try:
+                self._mm.close()
+            except BufferError:     # a view of it is still alive (an exception's frames): unmapped when freed
+                pass
             self._mm = None
 
     def __enter__(self) -> PcapFile:

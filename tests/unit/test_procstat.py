@@ -2,8 +2,8 @@
 --parallel fit (sweeprun.check_fit) sized by it instead of the fixed per-member guess. Hand-worked numbers."""
 from __future__ import annotations
 
-import time
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
