@@ -46,6 +46,7 @@ class RunResult:
     queues: list[dict] = field(default_factory=list)
     actions: list[dict] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)          # the plug-in's own (ProtocolAnalysis.metrics)
+    values: dict[str, Any] = field(default_factory=dict)        # the plug-in's run_values (pure, from the files)
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -166,6 +167,7 @@ def analyze_run(spark: SparkSession, run: RunDir, stage: Callable[[str], None] =
     stage("protocol metrics")
     res.data = plugin.metrics(protocols.MetricsContext(spark, run, packets, events, members, crash, life, table,
                                                        BIN_S))
+    res.values = plugin.run_values(run)          # the protocol's numbers, defined once (issue #38)
     for df in (events, members, crash, life, rec, per_msg):
         df.unpersist()
 
@@ -199,7 +201,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
         "control_bytes_fraction": o.get("control_bytes_fraction"),
         "queue_drops": queues.total_drops(res.queues),
     }
-    return {**generic, **res.plugin.summary(run, res.data), "warnings": list(run.warnings)}
+    return {**generic, **res.plugin.summary(run, res.data), **res.values, "warnings": list(run.warnings)}
 
 
 def write_summary(res: RunResult) -> None:

@@ -64,11 +64,40 @@ class RunDir:
     clock_offsets: dict[str, float] = field(default_factory=dict)   # node → host clock - controller clock
     clock: VirtualClock = field(default_factory=VirtualClock)       # the run's virtual time: pcaps are real
     judges: dict | None = None               # judges.json: the fidelity judges the runner recorded at the end
+    _events: list[dict] | None = field(default=None, repr=False)
 
     @property
     def event_offsets(self) -> dict[str, float]:
         """`clock_offsets` as they appear in the events' virtual stamps (a real offset / the dilation)."""
         return {k: v / self.clock.dilation for k, v in self.clock_offsets.items()}
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every event of the members and the orchestrator, as dicts (a torn last line of a killed member is
+        skipped), read once; `ts` on the orchestrator's clock (real hosts' offsets taken out) in virtual time."""
+        if self._events is None:
+            offs = self.event_offsets
+            out = []
+            for f in self.event_logs:
+                with f.open() as fh:
+                    for line in fh:
+                        try:
+                            e = json.loads(line)
+                        except json.JSONDecodeError:
+                            continue
+                        if offs and e.get("node") in offs and isinstance(e.get("ts"), (int, float)):
+                            e["ts"] -= offs[e["node"]]
+                        out.append(e)
+            self._events = out
+        return self._events
+
+    @property
+    def status(self) -> str | None:
+        return self.manifest.get("status")
+
+    @property
+    def dilation(self) -> float:
+        return self.clock.dilation
 
     @property
     def gsgc(self) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from analysis import protocols
 from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
-from analysis.protocols import ProtocolAnalysis
+from analysis.protocols import ProtocolAnalysis, event_delivery
 from analysis.run import write_csv
 from analysis.stats import mean_ci, t975  # noqa: F401 - also imported from here
 from analysis.rundir import protocol_of
@@ -312,47 +312,6 @@ def events_summary(run_dir: Path) -> dict:
             "tpr_first_round_s": first_tpr, "steps_first_round": first_steps,
             "tpr_all_values_s": all_tprs, "steps_all_values": all_steps, "queue_drops": q["overflowed"], "queue": q,
             "rounds": {lvl: sum(1 for r in done if r["level"] == lvl) for lvl in ("global", "local", "sc")}}
-
-
-def event_delivery(events: list[dict], ids: dict[str, int], crashed: dict[str, float]) -> dict[str, Any]:
-    """analysis.metrics' delivery over plain event dicts: per data message the members alive at the send (started
-    by it, not crashed at or before it, not the origin), the fraction that logged `data_received`, and the
-    latency of each such receipt. Returns the summary keys (delivery_ratio_mean, latency_median_s, ...)."""
-    started: dict[str, float] = {}
-    sent: dict[tuple[int, int], float] = {}
-    got: dict[tuple[str, int, int], float] = {}
-    for e in events:
-        ev, node, ts = e.get("event"), e.get("node"), e.get("ts")
-        if ev == "node_started":
-            started[node] = min(ts, started.get(node, ts))
-        elif ev == "data_sent" and node in ids:
-            key = (ids[node], e.get("seq"))
-            sent[key] = min(ts, sent.get(key, ts))
-        elif ev == "data_received":
-            key = (node, e.get("origin"), e.get("seq"))
-            got[key] = min(ts, got.get(key, ts))
-    ratios, lat = [], []
-    name_of = {i: n for n, i in ids.items()}
-    for (origin, seq), ts in sent.items():
-        alive = [m for m, st in started.items() if m != name_of.get(origin) and st <= ts
-                 and (m not in crashed or crashed[m] > ts)]
-        if not alive:
-            continue
-        rec = [got[(m, origin, seq)] - ts for m in alive if (m, origin, seq) in got]
-        ratios.append(len(rec) / len(alive))
-        lat += rec
-    lat.sort()
-
-    def q(p: float) -> float | None:
-        if not lat:
-            return None
-        k = (len(lat) - 1) * p
-        lo = math.floor(k)
-        return lat[lo] + (lat[min(lo + 1, len(lat) - 1)] - lat[lo]) * (k - lo)
-
-    return {"data_messages": len(sent), "delivery_ratio_mean": statistics.fmean(ratios) if ratios else None,
-            "delivery_ratio_min": min(ratios) if ratios else None, "latency_median_s": q(0.5),
-            "latency_p90_s": q(0.9), "latency_max_s": lat[-1] if lat else None}
 
 
 # --- figures ----------------------------------------------------------------------------------------------------

@@ -92,6 +92,14 @@ class ProtocolAnalysis:
     def compare(self, summaries: list[dict], doc: Doc, out: Path) -> None:
         """Add the protocol's sections to a comparison of several runs of this protocol (files under `out`)."""
 
+    def run_values(self, run: RunDir) -> dict[str, Any]:
+        """The run's numbers, pure over its files (`run.events`, `run.manifest`, `run.members`, ...; the packets
+        only where a number needs them): THE definition of every per-run number of the protocol (issue #38). The
+        Spark summary (analysis/run.py merges it into summary.json), the sweep analysis, `tune`, sweep's validity
+        check and the paper scripts (through analysis/figlib.py) all read it; a test per protocol checks that the
+        Spark metrics agree with it on a real run. The default: the generic values."""
+        return generic_values(run)
+
     def sweep_values(self, summary: dict[str, Any], queue: dict[str, Any]) -> dict[str, Any]:
         """A run's values for the sweep analysis (keys of `sweep_columns`; None when unmeasured)."""
         return generic_sweep_values(summary, queue)
@@ -111,6 +119,67 @@ def generic_sweep_values(summary: dict[str, Any], queue: dict[str, Any]) -> dict
             "latency_p90_s": summary.get("latency_p90_s"),
             "control_bytes_fraction": summary.get("control_bytes_fraction"),
             "msgs_per_member_s": summary.get("msgs_per_member_s")}
+
+
+def crash_times(events: list[dict], t0: float) -> dict[str, float]:
+    """member -> when the schedule crashed it first (t0 + the operation's `actual_s`; virtual unix seconds)."""
+    out: dict[str, float] = {}
+    for e in events:
+        if e.get("event") == "action_applied" and e.get("op") == "crash" and e.get("actual_s") is not None:
+            for m in e.get("targets") or []:
+                out.setdefault(m, t0 + float(e["actual_s"]))
+    return out
+
+
+def event_delivery(events: list[dict], ids: dict[str, int], crashed: dict[str, float]) -> dict[str, Any]:
+    """Delivery over the events: per data message the members alive at the send (started by it, not crashed at
+    or before it, not the origin), the fraction that logged `data_received`, and the latency of each such
+    receipt (analysis.metrics' definitions, which the Spark path computes)."""
+    import math
+    import statistics
+
+    started: dict[str, float] = {}
+    sent: dict[tuple[int, int], float] = {}
+    got: dict[tuple[str, int, int], float] = {}
+    for e in events:
+        ev, node, ts = e.get("event"), e.get("node"), e.get("ts")
+        if ev == "node_started":
+            started[node] = min(ts, started.get(node, ts))
+        elif ev == "data_sent" and node in ids:
+            key = (ids[node], e.get("seq"))
+            sent[key] = min(ts, sent.get(key, ts))
+        elif ev == "data_received":
+            key = (node, e.get("origin"), e.get("seq"))
+            got[key] = min(ts, got.get(key, ts))
+    ratios, lat = [], []
+    name_of = {i: n for n, i in ids.items()}
+    for (origin, seq), ts in sent.items():
+        alive = [m for m, st in started.items() if m != name_of.get(origin) and st <= ts
+                 and (m not in crashed or crashed[m] > ts)]
+        if not alive:
+            continue
+        rec = [got[(m, origin, seq)] - ts for m in alive if (m, origin, seq) in got]
+        ratios.append(len(rec) / len(alive))
+        lat += rec
+    lat.sort()
+
+    def q(p: float) -> float | None:
+        if not lat:
+            return None
+        k = (len(lat) - 1) * p
+        lo = math.floor(k)
+        return lat[lo] + (lat[min(lo + 1, len(lat) - 1)] - lat[lo]) * (k - lo)
+
+    return {"data_messages": len(sent), "delivery_ratio_mean": statistics.fmean(ratios) if ratios else None,
+            "delivery_ratio_min": min(ratios) if ratios else None, "latency_median_s": q(0.5),
+            "latency_p90_s": q(0.9), "latency_max_s": lat[-1] if lat else None}
+
+
+def generic_values(run: RunDir) -> dict[str, Any]:
+    """Every protocol's numbers from the events: delivery ratio and latency (`event_delivery`)."""
+    events = run.events
+    ids = {m.name: m.id for m in run.members}
+    return event_delivery(events, ids, crash_times(events, run.t0))
 
 
 class Generic(ProtocolAnalysis):
