@@ -19,8 +19,10 @@ machine a real run at p = 0.3 showed no difference beyond the noise (per-second 
 SIGCONTs came up to 190 ms late). So the test perturbs with P = 0.5 and asserts the traditional protocol drops
 by more than a fifth (ratio < 0.8) while vsync drops by less than a fifth (ratio > 0.8).
 
-The machine may be too loaded to offer 50 messages/s at all (the sender's timer skips sends when starved): the
-test is skipped, saying so, when the unperturbed phase delivers less than 60 % of the offered load.
+The runs are made independent of the machine's load (docs/virtual-time.md): dilation 2 and a CPU budget of half a
+core per member (their cgroups outrank other work). Safety (one order, no duplicates) is asserted always; the
+throughput contrast only when both runs' judges (judges.json) call them faithful — a run the machine could not
+carry says so in its judges, and then only its safety is a result. The test never skips.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ WINDOW = 4           # tradvsync's sender buffer: 80 ms of the offered load
 def run(protocol: str, section: dict, tmp: Path) -> Path:
     doc = yaml.safe_load((REPO / "topologies" / f"{protocol}-small.yaml").read_text())
     name = unique_lab(protocol[:2])
-    doc.update(name=name, duration="24s", seed=1)
+    doc.update(name=name, duration="24s", seed=1, time={"dilation": 2}, nodes={"cpu": 0.5, "packing": "process"})
     doc["topology"] = {**doc["topology"], "nodes": 8}
     doc["protocol"] = {protocol: {**doc["protocol"][protocol], **section}}
     doc["workload"] = {"senders": [SENDER], "rate_per_s": RATE, "size_bytes": 256, "start": "1s", "stop": "23s"}
@@ -84,20 +86,19 @@ def delivered(evs: list[dict]) -> list[tuple[int, int]]:
     return [(e["origin"], e["seq"]) for e in evs if e["event"] == "data_received"]
 
 
+def faithful(run_dir: Path) -> bool:
+    j = json.loads((run_dir / "judges.json").read_text())
+    print(f"{run_dir.name}: {j['verdict']} {j['reasons']}")
+    return j["verdict"] == "faithful"
+
+
 def test_figure1_against_figure12(tmp_path):
     trad_dir = run("tradvsync", {"window": WINDOW, "transport": "udp"}, tmp_path)
     vs_dir = run("vsync", {"k": 1, "sender_buffer": 4, "view_period": "40s"}, tmp_path)
     t_before, t_during, t_evs = throughput(trad_dir, {SENDER, PERTURBED})
     v_before, v_during, v_evs = throughput(vs_dir, {SENDER, PERTURBED, "h0"})
     print(f"tradvsync: {t_before:.1f} -> {t_during:.1f} msgs/s; vsync: {v_before:.1f} -> {v_during:.1f} msgs/s")
-    if min(t_before, v_before) < 0.6 * RATE:
-        pytest.skip(f"the machine did not sustain the offered load before the perturbation (tradvsync "
-                    f"{t_before:.1f}, vsync {v_before:.1f} of {RATE} msgs/s): the contrast cannot be measured")
-    assert t_during < 0.8 * t_before, (t_before, t_during)
-    assert v_during > 0.8 * v_before, (v_before, v_during)
-    # the perturbation actually back-pressured the traditional sender, and never the vsync one through h5
-    assert any(e["event"] == "send_blocked" for e in t_evs[SENDER])
-    # safety: every member delivered the same messages in the same order, once each
+    # safety, always: every member delivered the same messages in the same order, once each
     for evs in (t_evs, v_evs):
         ref = max((delivered(e) for m, e in evs.items() if m != SENDER), key=len)
         assert len(set(ref)) == len(ref) and len(ref) > 200
@@ -105,3 +106,10 @@ def test_figure1_against_figure12(tmp_path):
             if m != SENDER:
                 got = delivered(e)
                 assert got == ref[:len(got)] and len(got) >= len(ref) - 20, m
+    # the contrast, when the emulation held (with budgets and dilation it should on any machine)
+    if faithful(trad_dir) and faithful(vs_dir):
+        assert min(t_before, v_before) > 0.8 * RATE, (t_before, v_before)
+        assert t_during < 0.8 * t_before, (t_before, t_during)
+        assert v_during > 0.8 * v_before, (v_before, v_during)
+        # the perturbation actually back-pressured the traditional sender, and never the vsync one through h5
+        assert any(e["event"] == "send_blocked" for e in t_evs[SENDER])

@@ -169,3 +169,26 @@ def test_oversubscription_is_refused_with_exit_2(tmp_path):
     assert p.returncode == 2, p.stderr[-2000:]
     assert "--parallel 64 would oversubscribe this machine" in p.stderr and "the largest K that fits is" in p.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_tune_runs_for_real_on_a_tiny_experiment(tmp_path):
+    """The adaptive method (§4.3) end to end once: every evaluation a real run (8 members, 10 s), f(x) the round-0
+    TPR from the run's events, the result (a step and its window) in tune.json, nothing left behind."""
+    lab = unique_lab("tu")
+    f = small_experiment(tmp_path, lab, nodes=8, duration="10s")
+    root = tmp_path / "tune"
+    p = subprocess.run([*ORCH, "tune", str(f), "--param", "protocol.gsgc.step", "--a0", "0.5", "--b0", "2",
+                        "--g", "1.2", "--e", "0.5", "--p", "0.5", "--upper", "2", "--resolution", "0.25",
+                        "--metric", "round0", "--engine", "events", "--out", str(root), "--json"],
+                       capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads((root / "tune.json").read_text())
+    evals = doc["evaluations"]
+    assert 2 <= len(evals) <= 8
+    assert all(0.5 <= e["x"] <= 2 for e in evals)
+    runs = [r for e in evals for r in e["runs"]]
+    assert len(runs) == len(evals) and all(r["run_dir"] for r in runs)
+    assert any(r["tpr_s"] is not None for r in runs)           # 8 members complete a round in 10 s at these steps
+    res = doc["result"]
+    assert res is not None and 0.5 <= res["s"] <= 2 and res["window"][0] <= res["s"] <= res["window"][1]
+    assert not lab_namespaces(lab)
