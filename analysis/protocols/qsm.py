@@ -1,36 +1,67 @@
-"""QSM's analysis plug-in (seed 004, §3's measurements; docs/qsm.md).
+"""QSM's analysis plug-in (seed 004, §3's measurements; docs/qsm.md, docs/reproduction-qsm.md).
 
-Definitions (times are unix seconds; protocol fields come from the events' `raw` JSON):
+**The run's numbers** (`run_values`, pure over the run's files: the events, the manifest, the node configs,
+tc/delayline.json) — the one definition the report's key metrics, summary.json and the paper script
+(analysis/figures_qsm.py, through analysis/figlib.py) read. Times are the events' virtual unix seconds.
 
-- **delivery per group**: for each data message (origin, seq) sent into group g (`data_sent.group_name`), the
-  members of g other than the origin are expected to log its `data_received`; per (origin, group): messages,
-  receipts expected, receipts logged, delivery ratio. (The generic delivery ratio counts every member, which is
-  wrong for overlapping groups.)
-- **throughput per sender and group**: data messages sent per second between the sender's first and last send
-  into that group.
-- **rate over time**: per sender, data messages sent per 1 s bin (the paper's Figure 17 samples) between its
-  first and last full second of sending, and the `rate_changed` points (μ_snd); **variability**: the standard
-  deviation of the 1 s samples (Figure 18), also relative to their mean.
+- the point: `members` (the configured members), `groups` (G, the QSM groups), `n_senders` (S: the workload's
+  senders, else those that sent), `R` (partition_size, 5 by default), `loss` (links.loss as a fraction), `token_s`
+  (the token interval), `growth` (λ), `rate_initial` (workload rate_per_s), `shaper`; `sender_names` (who sent).
+- **delivery** (`qsm_delivery_ratio` too): receipts logged over receipts expected — each data message at every
+  member of its group (`data_sent.group_name`) but its origin (the generic delivery ratio counts every member,
+  which is wrong for overlapping groups); `messages` (`qsm_messages` too): the data messages sent.
+- **throughput** (Figures 9, 12, 13): data messages per second over the *steady window*, the second half of the
+  sending span (first to last send of any sender; the paper ignores warm-up and cool-down); `throughput_all`:
+  (messages - 1) / (last send - first send); `delivered_min` / `delivered_mean`: the new packets per second the
+  members that did not send logged (`data_received`) in the same window, the slowest and the mean.
+- **shares** (Figures 1, 16): per sender and per group the data messages per second in the steady window
+  (`sender_throughput`, `group_throughput`: they add up to `throughput`; a configured sender, or a group, without
+  a send counts 0), each over `throughput` (`sender_share`, `group_share`), `sender_share_min`,
+  `throughput_per_sender` / `throughput_per_group` (the total over S or G), **Jain's index** (Σx)² / (n Σx²) over
+  the senders (`sender_jain`) and over the groups (`group_jain`): 1 when all are equal, 1/n when one has all.
+- **rate over time** (Figures 17-18): `rate_series`, data messages per whole second since t0 between the first
+  and last (partial) seconds of sending (0 for a second without a send); `rate_std` its standard deviation over
+  the seconds of the steady window, `rate_cv` over their mean; `rate_std_per_s_mean`: per sender the standard
+  deviation of its own 1 s samples (over its own span), mean over the senders; `rate_final`: the last
+  `rate_changed` rate at or before the last send; `steps_skipped`: the workload timer's skipped steps.
+- **recovery** (Figure 19): `recovered` events (a packet that came by push, pull or retransmission); latency =
+  arrival minus when the member first knew it missing: `recovery_latency_s` (`recovery_latency_mean_s` too) the
+  mean, `recovery_latency_max_s`, `recovery_latency_rounds` the mean in token rounds (÷ `token_s`); `recovered_by`
+  per way; **recovery rate** = recovered / `receipts` (every `data_received`).
+- **ACK latency** (Figure 20): Σ latency_sum / Σ acked over the senders' `ack_received` (`ack_latency_s`, also
+  `ack_latency_mean_s`; `ack_latency_rounds` in token rounds), `ack_latency_max_s`; `token_rounds`: rounds done.
+- **CPU** (`cpu_costs`): `delayline_cpu_s` from tc/delayline.json; with the node processes' CPU seconds
+  (`node_cpu_s`, from `benchmarks/bench_qsm.py --watch`'s log: analysis/figures_qsm.py `--cpu`),
+  `cpu_us_per_packet` / `cpu_us_per_receipt` and `ceiling_2cores` = 2 / (node + delay line CPU s per packet).
+- `duration_s`: as the generic summary's (run end - t0); and the generic values (delivery over every member,
+  latency: analysis.protocols.generic_values).
+
+**Spark** (`metrics`: the report's tables, per sender, group, way or region; `summary`: what needs the packets):
+
 - **control overhead**: the QSM messages every member sent (its own capture, direction out; a multicast datagram
-  once, though it leaves by mc0 and the tree links), by type: packets and bytes (envelope + length); control = every type but DATA (retransmissions and forwards are overhead, as in
-  Figures 10-11); fractions of packets and of bytes.
-- **recovery**: `recovered` events (a packet that arrived by push, pull or the sender's retransmission):
-  latency = arrival minus when the member first knew it was missing (a later packet arrived, or the token's
-  cutoff passed it) — mean, median, p90, max per way; **recovery rate** = recovered receipts / all receipts.
-- **ACK latency**: at each sender, per packet, the time from its multicast to the collective ACK that covers it
-  (`ack_received`: latency_sum / acked); mean and max per sender and region.
-- **token**: rounds completed per region and their duration (generation to home).
+  once, though it leaves by mc0 and the tree links), by type: packets and bytes (envelope + length); control =
+  every type but DATA (retransmissions and forwards are overhead, as in Figures 10-11); fractions of packets and
+  of bytes (`control_packets_fraction`, `control_bytes_fraction_qsm`).
+- delivery per (sender, group); throughput per (sender, group) over its own span; 1 s rate samples and their
+  variability per sender, the `rate_changed` points (μ_snd); recovery per way (mean, median, p90, max); ACK
+  latency per sender and region; token rounds and their duration per region. tests/integration/
+  test_qsm_values_spark.py checks that they agree with `run_values` on a real run.
 """
 from __future__ import annotations
 
+import math
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis.doc import Doc, Heading, Para, Table, fmt
-from analysis.protocols import GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext, register
+from analysis.protocols import (GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext,
+                                generic_values, register)
+
+if TYPE_CHECKING:
+    from analysis.rundir import RunDir
 
 ENVELOPE = 9
 
@@ -126,7 +157,7 @@ def recovery(events: DataFrame) -> DataFrame:
     lat = raw("latency")
     return (events.where(F.col("event") == "recovered")
             .groupBy(raw("how", "string").alias("how"))
-            .agg(F.count("*").alias("recovered"), F.avg(lat).alias("latency_mean_s"),
+            .agg(F.count("*").alias("recovered"), F.count(lat).alias("timed"), F.avg(lat).alias("latency_mean_s"),
                  F.median(lat).alias("latency_median_s"), F.percentile(lat, 0.9).alias("latency_p90_s"),
                  F.max(lat).alias("latency_max_s"))
             .orderBy("how"))
@@ -150,11 +181,186 @@ def token_rounds(events: DataFrame) -> DataFrame:
             .orderBy("region"))
 
 
-def _weighted(rows: list[dict], value: str, weight: str) -> float | None:
-    total = sum(r[weight] or 0 for r in rows)
-    if not total:
+# --- the run's numbers, from its files (pure; the module docstring defines them) ------------------------------------
+
+def seconds(v: Any) -> float | None:
+    """'1s', '500ms', '100us', 0.5 -> seconds."""
+    if v is None:
         return None
-    return sum((r[value] or 0) * (r[weight] or 0) for r in rows) / total
+    if isinstance(v, (int, float)):
+        return float(v)
+    s = str(v).strip()
+    for unit, k in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if s.endswith(unit):
+            return float(s[: -len(unit)]) * k
+    return float(s)
+
+
+def percent(v: Any) -> float:
+    """'1%' -> 0.01; None -> 0."""
+    if v is None:
+        return 0.0
+    s = str(v).strip()
+    return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+
+
+def group_members(params: dict[str, Any], ids: dict[str, int]) -> dict[str, set[str]]:
+    """group name -> member names (`all`, names or ids), as `group_table`."""
+    by_id = {i: n for n, i in ids.items()}
+    out = {}
+    for g in params.get("groups") or []:
+        spec = g.get("members", "all")
+        ms = list(ids) if spec == "all" else [by_id.get(m) if isinstance(m, int) else m for m in spec]
+        out[g["name"]] = {m for m in ms if m in ids}
+    return out
+
+
+def jain(xs: list[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n Σx²): 1 when all are equal, 1/n when one has all; None for no values or all
+    zero."""
+    sq = sum(x * x for x in xs)
+    return sum(xs) ** 2 / (len(xs) * sq) if xs and sq > 0 else None
+
+
+def window_rates(ts_by_key: dict[str, list[float]], start: float, end: float) -> dict[str, float]:
+    """key -> its timestamps in [start, end] per second (`end` > `start`)."""
+    return {k: sum(1 for t in ts if start <= t <= end) / (end - start) for k, ts in ts_by_key.items()}
+
+
+def second_counts(ts: list[float]) -> list[tuple[int, int]]:
+    """(second, sends) for every whole second between the first and last (partial) seconds of `ts` (seconds since
+    t0), as the Spark `rate_samples`: a second without a send counts 0; none when the span covers < 2 s."""
+    if not ts:
+        return []
+    a, b = math.floor(min(ts)), math.floor(max(ts))
+    counts: dict[int, int] = {}
+    for t in ts:
+        counts[math.floor(t)] = counts.get(math.floor(t), 0) + 1
+    return [(s, counts.get(s, 0)) for s in range(a + 1, b)] if b - a >= 2 else []
+
+
+def cpu_costs(messages: int | None, receipts: int | None, node_cpu_s: float | None,
+              delayline_cpu_s: float | None) -> dict[str, Any]:
+    """The run's CPU per packet: the node processes' CPU seconds over the data packets sent and over the receipts,
+    and the packets/s two idle cores would carry at that cost with the delay line's: 2 x packets / (node + delay
+    line CPU s). None without a node CPU reading."""
+    out: dict[str, Any] = {"node_cpu_s": node_cpu_s, "delayline_cpu_s": delayline_cpu_s, "cpu_us_per_packet": None,
+                           "cpu_us_per_receipt": None, "ceiling_2cores": None}
+    if node_cpu_s and messages:
+        out["cpu_us_per_packet"] = 1e6 * node_cpu_s / messages
+        out["cpu_us_per_receipt"] = 1e6 * node_cpu_s / receipts if receipts else None
+        out["ceiling_2cores"] = 2.0 * messages / (node_cpu_s + (delayline_cpu_s or 0.0))
+    return out
+
+
+def qsm_values(run: RunDir) -> dict[str, Any]:
+    """QSM's numbers of a run (the module docstring defines each)."""
+    spec = run.manifest.get("spec") or {}
+    wl = spec.get("workload") or {}
+    p = run.params
+    token_s = seconds(p.get("token_interval_s", p.get("token_interval"))) or 1.0
+    ids = {m.name: m.id for m in sorted(run.members, key=lambda m: m.id)}
+    groups = group_members(p, ids)
+    sent: dict[str, list[tuple[float, int, str | None]]] = {}
+    received: dict[str, list[float]] = {m: [] for m in ids}
+    got: set[tuple[str, int, int]] = set()
+    recovered, acks, rates, skipped, rounds = [], [], [], 0, 0
+    for e in run.events:
+        ev = e.get("event")
+        if ev == "data_sent":
+            sent.setdefault(e["node"], []).append((e["ts"], int(e["seq"]), e.get("group_name")))
+        elif ev == "data_received":
+            received.setdefault(e["node"], []).append(e["ts"])
+            got.add((e["node"], int(e["origin"]), int(e["seq"])))
+        elif ev == "recovered":
+            recovered.append(e)
+        elif ev == "ack_received":
+            acks.append(e)
+        elif ev == "rate_changed":
+            rates.append(e)
+        elif ev == "steps_skipped" and e.get("timer") == "workload":
+            skipped += int(e.get("missed") or 0)
+        elif ev == "token_round":
+            rounds += 1
+    wl_senders = wl.get("senders")
+    configured = [s for s in wl_senders if isinstance(s, str)] if isinstance(wl_senders, list) else []
+    n_groups = len(p.get("groups") or []) or None
+    n_senders = (len(wl_senders) if isinstance(wl_senders, list) else wl_senders
+                 if isinstance(wl_senders, int) and not isinstance(wl_senders, bool) else None) or len(sent)
+    out: dict[str, Any] = {
+        "members": len(ids), "groups": n_groups, "n_senders": n_senders, "R": p.get("partition_size", 5),
+        "loss": percent((spec.get("links") or {}).get("loss")), "token_s": token_s, "growth": p.get("growth"),
+        "rate_initial": wl.get("rate_per_s"), "shaper": run.manifest.get("shaper"), "sender_names": sorted(sent),
+        "steps_skipped": skipped, "token_rounds": rounds}
+    all_ts = sorted(t for s in sent.values() for t, _, _ in s)
+    expected = logged = 0
+    for origin, msgs in sent.items():
+        if origin not in ids:
+            continue
+        for _, seq, g in msgs:
+            for m in groups.get(g, ()):
+                if m != origin:
+                    expected += 1
+                    logged += (m, ids[origin], seq) in got
+    out["messages"] = out["qsm_messages"] = len(all_ts)
+    out["delivery"] = out["qsm_delivery_ratio"] = logged / expected if expected else None
+    out.update(throughput_all=None, throughput=None, sender_throughput={}, group_throughput={},
+               delivered_min=None, delivered_mean=None, rate_series=[], rate_std=None, rate_cv=None)
+    if len(all_ts) >= 2:
+        first, last = all_ts[0], all_ts[-1]
+        mid = (first + last) / 2
+        window = last - mid
+        out["throughput_all"] = (len(all_ts) - 1) / (last - first)
+        by_sender: dict[str, list[float]] = {s: [] for s in configured}
+        by_group: dict[str, list[float]] = {g: [] for g in groups}
+        for origin, msgs in sent.items():
+            by_sender.setdefault(origin, []).extend(t for t, _, _ in msgs)
+            for t, _, g in msgs:
+                by_group.setdefault(g, []).append(t)
+        if window > 0:
+            out["throughput"] = sum(1 for t in all_ts if t >= mid) / window
+            out["sender_throughput"] = window_rates(by_sender, mid, last)
+            out["group_throughput"] = window_rates(by_group, mid, last)
+            rx = [sum(1 for t in ts if mid <= t <= last) / window for m, ts in received.items() if m not in sent]
+            if rx:
+                out["delivered_min"], out["delivered_mean"] = min(rx), statistics.fmean(rx)
+        samples = second_counts([t - run.t0 for t in all_ts])
+        steady = [c for s, c in samples if s >= mid - run.t0]
+        out["rate_series"] = [c for _, c in samples]
+        out["rate_std"] = statistics.stdev(steady) if len(steady) >= 2 else None
+        out["rate_cv"] = out["rate_std"] / statistics.fmean(steady) if out["rate_std"] is not None and \
+            statistics.fmean(steady) else None
+    st, gt, tp = out["sender_throughput"], out["group_throughput"], out["throughput"]
+    out["sender_share"] = {k: v / tp if tp else None for k, v in st.items()}
+    out["group_share"] = {k: v / tp if tp else None for k, v in gt.items()}
+    out["sender_jain"], out["group_jain"] = jain(list(st.values())), jain(list(gt.values()))
+    out["sender_share_min"] = min(st.values()) / tp if st and tp else None
+    out["throughput_per_sender"] = tp / n_senders if tp is not None and n_senders else None
+    out["throughput_per_group"] = tp / n_groups if tp is not None and n_groups else None
+    stds = [statistics.stdev(c) for s in sent.values()
+            if len(c := [n for _, n in second_counts([t - run.t0 for t, _, _ in s])]) >= 2]
+    out["rate_std_per_s_mean"] = statistics.fmean(stds) if stds else None
+    before = [e for e in rates if all_ts and e["ts"] <= all_ts[-1]]
+    out["rate_final"] = max(before, key=lambda e: e["ts"])["rate"] if before else None
+    receipts = sum(len(v) for v in received.values())
+    lat = [float(e["latency"]) for e in recovered if e.get("latency") is not None]
+    out["recovered"] = len(recovered)
+    out["recovery_rate"] = len(recovered) / receipts if receipts else None
+    out["recovery_latency_s"] = out["recovery_latency_mean_s"] = statistics.fmean(lat) if lat else None
+    out["recovery_latency_max_s"] = max(lat) if lat else None
+    out["recovery_latency_rounds"] = out["recovery_latency_s"] / token_s if lat else None
+    hows = [str(e.get("how")) for e in recovered]
+    out["recovered_by"] = {h: hows.count(h) for h in sorted(set(hows))}
+    acked = sum(int(e.get("acked") or 0) for e in acks)
+    ack_s = sum(float(e.get("latency_sum") or 0) for e in acks) / acked if acked else None
+    out["ack_latency_s"] = out["ack_latency_mean_s"] = ack_s
+    out["ack_latency_rounds"] = ack_s / token_s if ack_s is not None else None
+    out["ack_latency_max_s"] = max((float(e["latency_max"]) for e in acks if e.get("latency_max") is not None),
+                                   default=None)
+    out["receipts"] = receipts
+    out.update(cpu_costs(out["messages"], receipts, None, (run.delayline or {}).get("cpu_s")))
+    out["duration_s"] = run.end - run.t0 if run.end is not None else None
+    return out
 
 
 class Qsm(ProtocolAnalysis):
@@ -185,40 +391,22 @@ class Qsm(ProtocolAnalysis):
         d["rate_changes"] = table("qsm_rate_changes", rate_changes(events))
         d["overhead"] = table("qsm_overhead_by_type", overhead(ctx.packets))
         d["recovery"] = table("qsm_recovery", recovery(events))
-        d["receipts"] = events.where(F.col("event") == "data_received").count()
         d["ack"] = table("qsm_ack_latency", ack_latency(events))
         d["token"] = table("qsm_token_rounds", token_rounds(events))
         return d
 
+    def run_values(self, run: RunDir) -> dict[str, Any]:
+        """The generic values and QSM's (`qsm_values`; the module docstring defines each)."""
+        return {**generic_values(run), **qsm_values(run)}
+
     def summary(self, run, data: dict[str, Any]) -> dict[str, Any]:
-        dl = data.get("delivery") or []
-        exp = sum(r["expected"] for r in dl)
-        rec = data.get("recovery") or []
-        n_rec = sum(r["recovered"] for r in rec)
+        """What needs the packets: the control overhead (every other key number is `run_values`')."""
         ov = data.get("overhead") or []
         pk = sum(r["packets"] for r in ov)
         by = sum(r["bytes"] for r in ov)
         ctl = [r for r in ov if r["type_name"] != "DATA"]
-        ack = data.get("ack") or []
-        acked = sum(r["acked"] or 0 for r in ack)
-        stds = [r["std_per_s"] for r in data.get("variability") or [] if r["std_per_s"] is not None]
-        return {
-            "qsm_delivery_ratio": sum(r["received"] for r in dl) / exp if exp else None,
-            "qsm_messages": sum(r["messages"] for r in dl),
-            "recovered": n_rec,
-            "recovery_rate": n_rec / data["receipts"] if data.get("receipts") else None,
-            "recovery_latency_mean_s": _weighted(rec, "latency_mean_s", "recovered"),
-            "recovery_latency_max_s": max((r["latency_max_s"] for r in rec if r["latency_max_s"] is not None),
-                                          default=None),
-            "ack_latency_mean_s": sum(r["latency_mean_s"] * r["acked"] for r in ack if r["acked"]) / acked
-            if acked else None,
-            "ack_latency_max_s": max((r["latency_max_s"] for r in ack if r["latency_max_s"] is not None),
-                                     default=None),
-            "control_packets_fraction": sum(r["packets"] for r in ctl) / pk if pk else None,
-            "control_bytes_fraction_qsm": sum(r["bytes"] for r in ctl) / by if by else None,
-            "rate_std_per_s_mean": statistics.fmean(stds) if stds else None,
-            "token_rounds": sum(r["rounds"] for r in data.get("token") or []),
-        }
+        return {"control_packets_fraction": sum(r["packets"] for r in ctl) / pk if pk else None,
+                "control_bytes_fraction_qsm": sum(r["bytes"] for r in ctl) / by if by else None}
 
     def key_metrics(self, s: dict[str, Any]) -> list[list[Any]]:
         return [["QSM delivery ratio (per group)", s.get("qsm_delivery_ratio")],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -83,23 +84,62 @@ def test_rate_samples_leave_out_partial_seconds(spark):
     assert v["mean_per_s"] == pytest.approx(1.0) and v["std_per_s"] == pytest.approx(1.0)
 
 
-def test_summary_weights():
-    data = {"delivery": [{"expected": 4, "received": 3, "messages": 2}, {"expected": 1, "received": 1,
-                                                                          "messages": 1}],
-            "recovery": [{"recovered": 1, "latency_mean_s": 0.4, "latency_max_s": 0.4},
-                         {"recovered": 3, "latency_mean_s": 0.2, "latency_max_s": 0.3}],
-            "receipts": 8,
-            "overhead": [{"type_name": "DATA", "packets": 6, "bytes": 600},
-                         {"type_name": "TOKEN", "packets": 2, "bytes": 100},
-                         {"type_name": "FORWARD", "packets": 2, "bytes": 300}],
-            "ack": [{"acked": 2, "latency_mean_s": 0.6, "latency_max_s": 0.7}], "variability": [], "token": []}
-    s = qsm.Qsm().summary(None, data)
-    assert s["qsm_delivery_ratio"] == pytest.approx(0.8)
-    assert s["recovery_rate"] == pytest.approx(0.5)
-    assert s["recovery_latency_mean_s"] == pytest.approx((0.4 + 0.6) / 4)
-    assert s["control_packets_fraction"] == pytest.approx(0.4)
-    assert s["control_bytes_fraction_qsm"] == pytest.approx(0.4)
-    assert s["ack_latency_mean_s"] == pytest.approx(0.6)
+def spark_numbers(data: dict) -> dict:
+    """The numbers run_values also gives, from the plug-in's Spark tables (`metrics`' collected rows: delivery,
+    variability, recovery, ack, token) — what its summary computed before issue #38. Shared with
+    tests/integration/test_qsm_values_spark.py."""
+    dl, rec, ack = data.get("delivery") or [], data.get("recovery") or [], data.get("ack") or []
+    exp, n_rec, timed = (sum(r["expected"] for r in dl), sum(r["recovered"] for r in rec),
+                         sum(r["timed"] for r in rec))
+    acked = sum(r["acked"] or 0 for r in ack)
+    stds = [r["std_per_s"] for r in data.get("variability") or [] if r["std_per_s"] is not None]
+    return {
+        "qsm_delivery_ratio": sum(r["received"] for r in dl) / exp if exp else None,
+        "qsm_messages": sum(r["messages"] for r in dl), "recovered": n_rec,
+        "recovered_by": {r["how"]: r["recovered"] for r in rec},
+        "recovery_latency_mean_s": sum(r["latency_mean_s"] * r["timed"] for r in rec if r["timed"]) / timed
+        if timed else None,
+        "recovery_latency_max_s": max((r["latency_max_s"] for r in rec if r["latency_max_s"] is not None),
+                                      default=None),
+        "ack_latency_mean_s": sum(r["latency_mean_s"] * r["acked"] for r in ack if r["acked"]) / acked
+        if acked else None,
+        "ack_latency_max_s": max((r["latency_max_s"] for r in ack if r["latency_max_s"] is not None), default=None),
+        "rate_std_per_s_mean": statistics.fmean(stds) if stds else None,
+        "token_rounds": sum(r["rounds"] for r in data.get("token") or []),
+    }
+
+
+def assert_same(ours: dict, theirs: dict) -> None:
+    for k, v in theirs.items():
+        if isinstance(v, float):
+            assert ours[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+        else:
+            assert ours[k] == v, k
+
+
+def test_run_values_equal_the_spark_tables_on_one_log(spark, tmp_path):
+    """The hand-made log of test_qsm_values.py as a run directory (run_values) and as Spark rows (the transforms)."""
+    from analysis.rundir import load
+    from tests.analysis.test_qsm_values import T0, one_sender_log, qsm_run
+
+    log = one_sender_log()
+    run = load(qsm_run(tmp_path, log))
+    ours = qsm.PLUGIN.run_values(run)
+    rows = [(x["node"], x["event"], x["ts"], x["ts"] - T0, x.get("seq"), x.get("origin"), json.dumps(x)) for x in log]
+    events = spark.createDataFrame(rows, "node string, event string, ts double, t_s double, seq long, "
+                                         "origin long, raw string")
+    members = spark.createDataFrame([(m.id, m.name, None, None) for m in run.members],
+                                    "member_id int, member string, sender_index int, local_group int")
+    groups = qsm.group_table(spark, run.params, [(m.id, m.name) for m in run.members])
+    samples = qsm.rate_samples(events)
+    data = {k: [r.asDict() for r in df.collect()] for k, df in (
+        ("delivery", qsm.delivery_per_group(events, groups, members)), ("variability", qsm.rate_variability(samples)),
+        ("recovery", qsm.recovery(events)), ("ack", qsm.ack_latency(events)), ("token", qsm.token_rounds(events)))}
+    assert_same(ours, spark_numbers(data))
+    # one sender into one group: its (n - 1) / span and its 1 s samples are run_values' over all sends
+    (tp,) = qsm.throughput(events).collect()
+    assert ours["throughput_all"] == pytest.approx(tp["rate_per_s"])
+    assert ours["rate_series"] == [r["messages"] for r in samples.collect()]
 
 
 def test_overhead_counts_a_multicast_datagram_once(spark):
