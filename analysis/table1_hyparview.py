@@ -2,29 +2,30 @@
 the overlay's graph properties after 50 membership cycles — average clustering coefficient, average shortest path,
 maximum hops to delivery — and the in-degree distribution, per protocol and group size.
 
-The graph numbers are the Spark plug-in's (analysis/protocols/overlay.py `graph_metrics` and `hops_to_delivery`,
-read from each run's analysis/metrics/summary.json: run `orchestrator analyze RUN...` first); the hops are also
-computed here from the event logs in plain Python (`figures_hyparview.max_hops`) and a disagreement is reported.
-Beside every clustering coefficient stands the yardstick that separates a protocol from its group size: a random
-graph with the same members and the same mean undirected degree k has clustering ~ k / (n - 1); and beside every
-average shortest path a random directed graph's ~ ln n / ln d (d: mean out-degree).
+Every per-run number is the overlay plug-ins' `run_values` (analysis/protocols/overlay.py, through
+analysis/figlib.py; no Spark analysis of the runs is needed): the graph of the dissemination views before the first
+crash (these runs have none: at the run's end), and beside every clustering coefficient and shortest path the
+yardstick of a random graph with the same members and degree (clustering ~ k / (n - 1), k the mean undirected
+degree; shortest path ~ ln n / ln d, d the mean out-degree). HyParView runs with `join_interval` (the paper's
+one-by-one joins) are their own row. A run that did not complete, or that its judges call unfaithful, stays in
+runs.csv with the reason and is not counted.
 
     .venv/bin/python -m analysis.table1_hyparview RUN_DIR... --out docs/results/hyparview-table1
+    .venv/bin/python -m analysis.table1_hyparview tables docs/results/hyparview-table1 [--out DIR]
 
-Writes runs.csv, summary.csv (per protocol and n: mean, 95 % CI half-width (Student t), n), indegree.csv,
-table1.md and fig5_indegree.png.
+Writes runs.csv, and from runs.csv alone (what `tables` regenerates from a committed runs.csv): summary.csv (per
+protocol and n: mean, 95 % CI half-width (Student t)), indegree.csv (needs runs.csv's `indegree`), table1.md; and
+fig5_indegree.png.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.figures_hyparview import MARKERS, PROTOCOLS, TITLES, _plt, max_hops
-from analysis.runlogs import analyse_completed, read_events, write_csv as _write_csv
+from analysis import figlib
+from analysis.hyparview_common import MARKERS, PROTOCOLS, TITLES, cell, projection, read_runs, summarise
 
 # §5.4, Table 1 (10 000 nodes, PeerSim, after 50 cycles); CyclonAcked is not in the table
 PAPER = {"cyclon": {"clustering": 0.006836, "shortest_path": 2.60426, "max_hops": 10.6},
@@ -33,58 +34,33 @@ PAPER = {"cyclon": {"clustering": 0.006836, "shortest_path": 2.60426, "max_hops"
 PAPER_N = 10_000
 SEQUENTIAL = "hyparview, joins one by one"
 ORDER = (*PROTOCOLS[:1], SEQUENTIAL, *PROTOCOLS[1:])
+POINT = ("protocol", "members")
+# runs.csv's columns: the overlay plug-ins' run_values keys (the graph before the first crash)
+COLUMNS = {"protocol": "protocol", "join_interval_s": "join_interval_s", "members": "members_before",
+           **{k: f"{k}_before" for k in ("clustering", "clustering_random", "shortest_path", "shortest_path_random",
+                                         "max_hops", "degree", "out_degree")},
+           "indegree": "indegree_before"}
 VALUES = ("clustering", "clustering_random", "shortest_path", "shortest_path_random", "max_hops", "degree",
           "out_degree")
+TABLES = (("clustering", "clustering_random", "{:.4f}", "average clustering coefficient"),
+          ("shortest_path", "shortest_path_random", "{:.2f}", "average shortest path"),
+          ("max_hops", None, "{:.1f}", "maximum hops to delivery (mean over broadcasts)"))
 
 
-def random_clustering(n: int, degree: float) -> float | None:
-    """Clustering coefficient of a random graph with n members and mean undirected degree `degree`: the chance
-    that two neighbours of a member are linked, degree / (n - 1)."""
-    return degree / (n - 1) if n > 1 and degree is not None else None
+def collect(paths: list[Path]) -> list[dict[str, Any]]:
+    """One row per run (figlib.collect over the plug-ins' values); a HyParView run with one-by-one joins has the
+    row label SEQUENTIAL as its `protocol`."""
+    rows = figlib.collect(paths, projection(COLUMNS), POINT, faithful_only=True)
+    for r in rows:
+        if r.get("join_interval_s"):
+            r["protocol"] = SEQUENTIAL
+    return rows
 
 
-def random_path(n: int, out_degree: float) -> float | None:
-    """Average shortest path of a random directed graph with n members and mean out-degree d: ~ ln n / ln d."""
-    return math.log(n) / math.log(out_degree) if n > 1 and out_degree and out_degree > 1 else None
+# --- from runs.csv (pure) -----------------------------------------------------------------------------------------
 
-
-def analyse_run(run_dir: Path) -> dict[str, Any]:
-    manifest, events = read_events(run_dir)
-    spec = manifest.get("spec") or {}
-    protocol = next(iter(spec.get("protocol") or {}), None)
-    if ((spec.get("protocol") or {}).get(protocol) or {}).get("join_interval"):
-        protocol = SEQUENTIAL          # the paper's one-by-one joins (docs/reproduction-hyparview.md)
-    path = run_dir / "analysis" / "metrics" / "summary.json"
-    if not path.exists():
-        raise SystemExit(f"{run_dir}: no {path.relative_to(run_dir)} - run `orchestrator analyze {run_dir}` first")
-    s = json.loads(path.read_text())
-    n = s.get("members_before") or 0
-    degree, edges = s.get("degree_before"), s.get("edges_before")
-    out_degree = edges / n if edges is not None and n else None
-    plain_hops = max_hops(events, None)
-    return {"run_dir": run_dir.name, "protocol": protocol, "members": n, "seed": manifest.get("seed"),
-            "status": manifest.get("status"),
-            "clustering": s.get("clustering_before"), "clustering_random": random_clustering(n, degree),
-            "shortest_path": s.get("shortest_path_before"), "shortest_path_random": random_path(n, out_degree),
-            "max_hops": s.get("max_hops_before"), "max_hops_plain": plain_hops,
-            "degree": degree, "out_degree": out_degree, "indegree": s.get("indegree_before") or []}
-
-
-def aggregate(runs: list[dict]) -> list[dict]:
-    from analysis.stats import mean_ci
-
-    groups: dict[tuple[str, int], list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["protocol"], r["members"]), []).append(r)
-    out = []
-    for (p, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], ORDER.index(kv[0][0])
-                                                             if kv[0][0] in ORDER else 99)):
-        row: dict[str, Any] = {"protocol": p, "members": n, "runs": len(rs)}
-        for k in VALUES:
-            m, ci = mean_ci([x[k] for x in rs if x.get(k) is not None])
-            row[k], row[f"{k}_ci95"] = m, ci
-        out.append(row)
-    return out
+def _order(r: dict) -> tuple:
+    return (r["members"], ORDER.index(r["protocol"]) if r["protocol"] in ORDER else 99)
 
 
 def indegree_rows(runs: list[dict]) -> list[dict]:
@@ -92,7 +68,7 @@ def indegree_rows(runs: list[dict]) -> list[dict]:
     pooled: dict[tuple[str, int], dict[int, int]] = {}
     for r in runs:
         d = pooled.setdefault((r["protocol"], r["members"]), {})
-        for x in r["indegree"]:
+        for x in r.get("indegree") or []:
             d[int(x["indegree"])] = d.get(int(x["indegree"]), 0) + int(x["members"])
     out = []
     for (p, n), d in sorted(pooled.items()):
@@ -101,21 +77,26 @@ def indegree_rows(runs: list[dict]) -> list[dict]:
     return out
 
 
-def markdown(agg: list[dict]) -> str:
-    def cell(r: dict | None, k: str, fmt: str) -> str:
-        if r is None or r.get(k) is None:
-            return "-"
-        ci = r.get(f"{k}_ci95")
-        return fmt.format(r[k]) + (f" ± {fmt.format(ci)}" if ci is not None else "")
+def tables(rows: list[dict], out: Path) -> tuple[list[dict], list[dict] | None]:
+    """summary.csv, indegree.csv (when runs.csv has the in-degrees) and table1.md from runs.csv's rows; (the
+    points, the in-degree rows or None)."""
+    agg = summarise(rows, POINT, VALUES, _order, counts=False)
+    out.mkdir(parents=True, exist_ok=True)
+    figlib.write_csv(out / "summary.csv", agg)
+    indeg = None
+    if any("indegree" in r for r in rows):
+        indeg = indegree_rows([r for r in rows if not r.get("excluded")])
+        figlib.write_csv(out / "indegree.csv", indeg)
+    (out / "table1.md").write_text(markdown(agg))
+    return agg, indeg
 
+
+def markdown(agg: list[dict]) -> str:
     sizes = sorted({r["members"] for r in agg})
     by = {(r["protocol"], r["members"]): r for r in agg}
     protos = [p for p in ORDER if any(r["protocol"] == p for r in agg)]
     out = []
-    for key, rand, fmt, title in (("clustering", "clustering_random", "{:.4f}", "average clustering coefficient"),
-                                  ("shortest_path", "shortest_path_random", "{:.2f}", "average shortest path"),
-                                  ("max_hops", None, "{:.1f}", "maximum hops to delivery (mean over broadcasts)")):
-        pk = {"clustering": "clustering", "shortest_path": "shortest_path", "max_hops": "max_hops"}[key]
+    for key, rand, fmt, title in TABLES:
         out += [f"**{title}** (mean ± 95 % CI over the runs" + ("; in brackets a random graph with the same n and "
                                                                   "degree" if rand else "") + ")", "",
                 "| members | " + " | ".join(TITLES.get(p, p) for p in protos) + " |", "|---|" + "---|" * len(protos)]
@@ -131,13 +112,13 @@ def markdown(agg: list[dict]) -> str:
                 cells.append(c)
             out.append(f"| {n} | " + " | ".join(cells) + " |")
         out.append(f"| paper, {PAPER_N} | " + " | ".join(
-            fmt.format(PAPER[p][pk]) if p in PAPER else "-" for p in protos) + " |")
+            fmt.format(PAPER[p][key]) if p in PAPER else "-" for p in protos) + " |")
         out.append("")
     return "\n".join(out)
 
 
 def fig_indegree(rows: list[dict], path: Path) -> None:
-    plt = _plt()
+    plt = figlib.pyplot()
     sizes = sorted({r["members"] for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 3.6), squeeze=False)
     for ax, n in zip(axes[0], sizes):
@@ -156,23 +137,27 @@ def fig_indegree(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tables"]:
+        ap = argparse.ArgumentParser(prog="table1_hyparview tables",
+                                     description="the tables from a results directory's runs.csv alone")
+        ap.add_argument("results", type=Path, help="a directory with runs.csv (docs/results/hyparview-table1)")
+        ap.add_argument("--out", type=Path, default=None, help="where to write (default: the same directory)")
+        a = ap.parse_args(argv[1:])
+        tables(read_runs(a.results / "runs.csv"), a.out or a.results)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="run directories, analysed (orchestrator analyze)")
+    ap.add_argument("runs", nargs="+", type=Path, help="run directories (or directories holding them)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    runs = analyse_completed(a.runs, analyse_run)
-    for r in runs:
-        if (r["max_hops"] is None) != (r["max_hops_plain"] is None) or (
-                r["max_hops"] is not None and abs(r["max_hops"] - r["max_hops_plain"]) > 1e-9):
-            print(f"{r['run_dir']}: hops from Spark {r['max_hops']} != plain {r['max_hops_plain']}", file=sys.stderr)
-    a.out.mkdir(parents=True, exist_ok=True)
-    _write_csv(a.out / "runs.csv", [{k: v for k, v in r.items() if k != "indegree"} for r in runs])
-    agg = aggregate(runs)
-    _write_csv(a.out / "summary.csv", agg)
-    rows = indegree_rows(runs)
-    _write_csv(a.out / "indegree.csv", rows)
-    (a.out / "table1.md").write_text(markdown(agg))
-    fig_indegree(rows, a.out / "fig5_indegree.png")
+    rows = collect(a.runs)
+    for r in rows:
+        if r["excluded"]:
+            print(f"{r['run']}: {r['excluded']}, not counted", file=sys.stderr)
+    figlib.write_csv(a.out / "runs.csv", rows)
+    agg, indeg = tables(read_runs(a.out / "runs.csv"), a.out)     # everything else from runs.csv, as `tables`
+    if indeg:
+        fig_indegree(indeg, a.out / "fig5_indegree.png")
     print(markdown(agg))
     return 0
 

@@ -1,19 +1,21 @@
-"""HyParView's analysis plug-in (seed 003 §5): reliability per broadcast, reliability after the first crash and
-cycles to heal, and the overlay's graph properties (in-degree distribution, clustering coefficient, average
-shortest path) of the active views before the first crash and at the end of the run, computed in Spark from the
-`view_changed` events (definitions: analysis/protocols/overlay.py)."""
+"""HyParView's analysis plug-in (seed 003 §5), and `OverlayAnalysis`, what the plug-ins of its baselines (Cyclon,
+Scamp, CyclonAcked) share: reliability per broadcast, reliability after the first crash and cycles to heal, the
+crash itself and the failure detector's suspicions, hops to delivery, and the overlay's graph properties
+(in-degree distribution, clustering coefficient, average shortest path) of the dissemination view before the first
+crash and at the end of the run. All of them are `run_values`, pure over the run's events (definitions:
+analysis/protocols/overlay.py); the plug-ins have no Spark metrics of their own (the generic ones stay)."""
 from __future__ import annotations
 
 from typing import Any
 
 from analysis.doc import Doc, Heading, Para, Table, fmt
-from analysis.protocols import (GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext,
-                                generic_sweep_values, register)
+from analysis.protocols import (GENERIC_SWEEP_COLUMNS, ProtocolAnalysis, ReportContext, generic_sweep_values,
+                                generic_values, register)
 from analysis.protocols import overlay
 
 
 class OverlayAnalysis(ProtocolAnalysis):
-    """The metrics every peer-sampling protocol of seed 003 shares; `view` names its dissemination view."""
+    """The numbers every peer-sampling protocol of seed 003 shares; `view` names its dissemination view."""
 
     view = "active"
     timeline_events = ("data_received", "view_changed", "connection_failed")
@@ -26,53 +28,9 @@ class OverlayAnalysis(ProtocolAnalysis):
                      ("cycles_to_heal", "cycles to heal (every later broadcast)"),
                      ("cycles_to_heal_mean", "cycles to heal (mean over 4 cycles)")) + GENERIC_SWEEP_COLUMNS
 
-    def metrics(self, ctx: MetricsContext) -> dict[str, Any]:
-        from pyspark.sql import functions as F
-
-        events, members, crash, life, table = ctx.events, ctx.members, ctx.crash, ctx.life, ctx.table
-        d: dict[str, Any] = {}
-        rel_df = overlay.reliability(events, members, life)
-        d["reliability"] = table("reliability", rel_df)
-        first = crash.agg(F.min("crash_ts")).first()[0]
-        end = events.agg(F.max("ts")).first()[0]
-        d["crash_ts"] = first
-        rel = (overlay.since_crash(d["reliability"], overlay.member_crash_cycles(events, first))
-               if first is not None else d["reliability"])
-        cycle_s = ctx.run.params.get("cycle_s") or 1.0
-        crash_end = (events.where((F.col("event") == "action_applied") & (F.col("op") == "crash"))
-                     .agg(F.max("ts")).first()[0])
-        d["healing"] = overlay.healing(rel, first, overlay.crash_cycle(events, first) if first is not None else None,
-                                       first_s=2 * float(cycle_s), first_from=crash_end)
-        d["hops"] = overlay.hops_to_delivery(events, rel_df, first)
-        d["graph"] = {}
-        for label, t in (("before", first - 1e-3 if first is not None else end), ("end", end)):
-            if t is None:
-                continue
-            edges = overlay.edges_at(events, members, crash, t, self.view)
-            d["graph"][label] = {"t": t, **overlay.graph_metrics(edges, overlay.live_members(members, crash, life, t))}
-        return d
-
-    def summary(self, run, d: dict[str, Any]) -> dict[str, Any]:
-        h = d["healing"]
-        g = d["graph"]
-        return {
-            "reliability_before": h["reliability_before"], "reliability_after": h["reliability_after"],
-            "broadcasts_before": h["broadcasts_before"], "broadcasts_after": h["broadcasts_after"],
-            "cycles_to_heal": h["cycles_to_heal"], "heal_broadcast": h["heal_broadcast"],
-            "reliability_after_first": h.get("reliability_after_first"),
-            "cycles_to_heal_mean": h.get("cycles_to_heal_mean"), "crash_cycle": h.get("crash_cycle"),
-            "reliability_by_cycle": h.get("by_cycle"),
-            "clustering_before": g.get("before", {}).get("clustering"),
-            "shortest_path_before": g.get("before", {}).get("shortest_path_mean"),
-            "clustering_end": g.get("end", {}).get("clustering"),
-            "shortest_path_end": g.get("end", {}).get("shortest_path_mean"),
-            "indegree_before": g.get("before", {}).get("indegree"),
-            "max_hops_before": (d.get("hops") or {}).get("max_hops_mean"),
-            "degree_before": g.get("before", {}).get("undirected_degree_mean"),
-            "members_before": g.get("before", {}).get("members"),
-            "edges_before": g.get("before", {}).get("edges"),
-            "reliability_after_failure": [r["reliability"] for r in h["after_failure"]],
-        }
+    def run_values(self, run) -> dict[str, Any]:
+        """The generic values (delivery, latency) and the overlay's (`overlay.values` over `view`)."""
+        return {**generic_values(run), **overlay.values(run, self.view)}
 
     def sweep_values(self, summary: dict[str, Any], queue: dict[str, Any]) -> dict[str, Any]:
         return {**{k: summary.get(k) for k, _ in self.sweep_columns[:5]}, **generic_sweep_values(summary, queue)}
@@ -88,16 +46,17 @@ class OverlayAnalysis(ProtocolAnalysis):
                 ["maximum hops to delivery (mean over broadcasts before the crash)", fmt(s.get("max_hops_before"))]]
 
     def report(self, doc: Doc, ctx: ReportContext) -> None:
-        d = ctx.data
+        s = ctx.summary
         doc.add(Heading(2, f"{self.title}: overlay and reliability"))
-        rows = [[label, fmt(g["members"]), fmt(g["edges"]), fmt(g["clustering"]), fmt(g["shortest_path_mean"]),
-                 ", ".join(f"{r['indegree']}: {r['members']}" for r in g["indegree"])]
-                for label, g in d["graph"].items()]
+        rows = [[label, fmt(s.get(f"members_{label}")), fmt(s.get(f"edges_{label}")),
+                 fmt(s.get(f"clustering_{label}")), fmt(s.get(f"shortest_path_{label}")),
+                 ", ".join(f"{r['indegree']}: {r['members']}" for r in s.get(f"indegree_{label}") or [])]
+                for label in ("before", "end") if s.get(f"members_{label}") is not None]
         doc.add(Table(["overlay", "members", "edges", "clustering", "avg shortest path", "in-degree: members"], rows))
-        after = d["healing"]["after_failure"]
+        after = s.get("reliability_after_failure") or []
         if after:
             doc.add(Para("Reliability of the broadcasts after the first crash, in send order: "
-                         + ", ".join(fmt(r["reliability"]) for r in after[:50])))
+                         + ", ".join(fmt(r) for r in after[:50])))
 
 
 class HyParViewAnalysis(OverlayAnalysis):
@@ -109,6 +68,10 @@ class HyParViewAnalysis(OverlayAnalysis):
         p = run.params
         return (f"hyparview: active {p.get('active_size')}, passive {p.get('passive_size')}, ARWL "
                 f"{p.get('arwl', 6)}, PRWL {p.get('prwl', 3)}, ka {p.get('ka', 3)}, kp {p.get('kp', 4)}")
+
+    def run_values(self, run) -> dict[str, Any]:
+        """The overlay's values and `join_interval_s` (> 0: the paper's one-by-one joins, Table 1's own row)."""
+        return {**super().run_values(run), "join_interval_s": run.params.get("join_interval_s") or 0.0}
 
 
 PLUGIN = register(HyParViewAnalysis())

@@ -1,15 +1,22 @@
-"""Figure 2 / Figure 4 metrics of seed 003 without Spark: overlay.healing's per-cycle grouping, its paper-style
-cycles to heal and the reliability of the first cycles after the crash (hand-worked series), and
-analysis.figures_hyparview's per-broadcast reliability from event logs and aggregation over runs."""
+"""Figure 2 / Figure 4 of seed 003: overlay.healing's per-cycle grouping, its paper-style cycles to heal and the
+reliability of the first cycles after the crash (hand-worked series); analysis/figures_hyparview.py's rows (the
+plug-ins' run_values through figlib), the runs it leaves out, its tables from runs.csv alone (the committed ones
+byte for byte) and its figures."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from analysis import figlib
 from analysis import figures_hyparview as fh
+from analysis.hyparview_common import read_runs
 from analysis.protocols import overlay
 from analysis.protocols.hyparview import PLUGIN
+from tests.analysis.test_hyparview_values import T0, hand_worked, make_run
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_healing_groups_by_cycle_since_the_crash_and_finds_the_first_healed_cycle():
@@ -66,66 +73,66 @@ def test_plugin_sweep_values_carry_the_figure_metrics():
         == (0.7, 0.6, 3, 0.8)
 
 
-def _log(tmp_path):
-    """4 members; h3 crashes at t0 + 10; h0 broadcasts before (seq 1) and after (seq 2) the crash, h1 after (1)."""
-    t0 = 1000.0
-    ev = {"orchestrator": [{"ts": t0, "node": "orchestrator", "event": "run_started",
-                            "members": ["h0", "h1", "h2", "h3"]},
-                           {"ts": t0 + 10.2, "node": "orchestrator", "event": "action_applied", "op": "crash",
-                            "actual_s": 10.0, "targets": ["h3"]}]}
-    for i in range(4):
-        ev[f"h{i}"] = [{"ts": t0 - 1 + 0.1 * i, "node": f"h{i}", "event": "node_started", "id": i}]
-        ev[f"h{i}"] += [{"ts": t0 + 0.5 * c, "node": f"h{i}", "event": "cycle", "cycle": c} for c in range(40)
-                        if i != 3 or 0.5 * c <= 10]
-    ev["h0"] += [{"ts": t0 + 5, "node": "h0", "event": "data_sent", "seq": 1, "cycle": 10},
-                 {"ts": t0 + 11, "node": "h0", "event": "data_sent", "seq": 2, "cycle": 22}]
-    ev["h1"] += [{"ts": t0 + 12, "node": "h1", "event": "data_sent", "seq": 1, "cycle": 24}]
-    ev["h0"] += [{"ts": t0 + t, "node": "h0", "event": "view_changed", "view": "partial", "op": "remove", "peer": 2,
-                  "reason": why} for t, why in [(3, "no_ack"), (4, "shuffle"), (11, "no_ack")]]
-    for n, o, s, t in [("h1", 0, 1, 5.1), ("h2", 0, 1, 5.1), ("h3", 0, 1, 5.2), ("h1", 0, 2, 11.1),
-                       ("h1", 0, 2, 11.3), ("h0", 1, 1, 12.1), ("h2", 1, 1, 12.2), ("h3", 1, 1, 12.3)]:
-        ev[n].append({"ts": t0 + t, "node": n, "event": "data_received", "origin": o, "seq": s})
-    (tmp_path / "events").mkdir()
-    for n, rows in ev.items():
-        (tmp_path / "events" / f"{n}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
-    (tmp_path / "manifest.json").write_text(json.dumps({
-        "t0_unix": t0, "seed": 3, "status": "completed", "started_at": t0 - 5, "ended_at": t0 + 20,
-        "spec": {"protocol": {"cyclon": {}}, "schedule": [{"at": "10s", "action": "crash", "fraction": 0.25}]}}))
-    return t0
+def _sweepish(tmp_path):
+    """Three runs of the hand-worked log (tests/analysis/test_hyparview_values.py): cyclon f = 0.25 seeds 1 and 2,
+    and hyparview seed 1 (its view events renamed `active`)."""
+    runs = tmp_path / "runs"
+    make_run(runs, "c1", "cyclon", hand_worked(), params={"cycle_s": 0.5}, fraction=0.25, seed=1)
+    ev = hand_worked()
+    ev["h1"] = [e for e in ev["h1"] if not (e["event"] == "data_received" and e["seq"] == 2)]  # (0, 2) reaches nobody
+    make_run(runs, "c2", "cyclon", ev, params={"cycle_s": 0.5}, fraction=0.25, seed=2)
+    make_run(runs, "h1", "hyparview", hand_worked("active"), params={"cycle_s": 0.5}, fraction=0.25, seed=1)
+    return runs
 
 
-def test_run_reliability_from_event_logs(tmp_path):
-    t0 = _log(tmp_path)
-    _, events = fh.read_events(tmp_path)
-    rows, crash_ts, crash_cyc, n = fh.run_reliability(events, t0)
-    assert (crash_ts, crash_cyc, n) == (t0 + 10.0, 20, 4)
-    got = {(r["origin_id"], r["seq"]): (r["delivered"], r["correct"], r["cycle"]) for r in rows}
-    # before the crash every member counts; after it h3 does not (its receipt of (1, 1) is a crashed member's)
-    assert got == {(0, 1): (4, 4, 10), (0, 2): (2, 3, 22), (1, 1): (3, 3, 24)}
-    r = fh.analyse_run(tmp_path, [(t0 - 10, 9.0), (t0 + 1, 2.0), (t0 + 15, 4.0), (t0 + 30, 50.0)])
-    assert (r["protocol"], r["fail"], r["seed"], r["crashed"], r["survivors"]) == ("cyclon", 0.25, 3, 1, 3)
-    assert (r["load_mean"], r["load_max"]) == (3.0, 4.0)
-    assert (r["false_suspicions_before"], r["suspicions_after"]) == (1, 1)
-    assert r["reliability_before"] == 1.0 and r["reliability_after"] == pytest.approx((2 / 3 + 1) / 2)
-    assert r["after_failure"] == pytest.approx([2 / 3, 1.0])
-    assert r["by_cycle"] == [{"cycle": 2, "broadcasts": 1, "reliability": pytest.approx(2 / 3)},
-                             {"cycle": 4, "broadcasts": 1, "reliability": 1.0}]
-    # the window from cycle 3 (empty) holds cycles 3-6: only cycle 4's broadcast, at 1.0
-    # no cycle_s logged: 1 s cycles; the first 2 s after the crash's end (10.2 s) hold (0, 2) and (1, 1)
-    assert r["cycles_to_heal_mean"] == 3 and r["reliability_after_first"] == pytest.approx((2 / 3 + 1) / 2)
+def test_rows_are_the_plugins_values(tmp_path):
+    runs = _sweepish(tmp_path)
+    load = [(T0 - 10, 9.0), (T0 + 1, 2.0), (T0 + 15, 4.0), (T0 + 30, 50.0)]     # started_at t0 - 5, ended_at t0 + 20
+    rows = {r["run"]: r for r in fh.collect([runs], load)}
+    r = rows["c1"]
+    assert (r["protocol"], r["fail"], r["seed"], r["crashed"], r["survivors"], r["members"]) == (
+        "cyclon", 0.25, 1, 1, 3, 4)
+    assert (r["load_mean"], r["load_max"], r["excluded"], r["verdict"]) == (3.0, 4.0, None, None)   # unjudged
+    assert (r["false_suspicions_before"], r["suspicions_after"], r["max_hops_before"]) == (1, 1, 3.0)
+    assert r["reliability_before"] == 1.0 and r["reliability_after"] == pytest.approx(5 / 6)
+    assert r["after_failure"] == pytest.approx([2 / 3, 1.0]) and r["by_cycle"][0]["cycle"] == 2
+    assert (r["cycles_to_heal_mean"], r["cycles_to_heal"], r["reliability_after_first"]) == (3, 4, pytest.approx(2 / 3))
+    assert rows["c2"]["after_failure"] == pytest.approx([1 / 3, 1.0]) and rows["h1"]["protocol"] == "hyparview"
 
 
-def test_aggregate_mean_and_ci_per_protocol_and_fraction():
-    runs = [{"protocol": "cyclon", "fail": 0.2, "load_mean": 2.0, "reliability_after": x, "cycles_to_heal_mean": c,
-             "by_cycle": []} for x, c in [(0.6, 3), (0.8, None)]]
-    runs.append({"protocol": "hyparview", "fail": 0.2, "load_mean": None, "reliability_after": 1.0, "by_cycle": []})
-    agg = fh.aggregate(runs)
-    assert [(a["protocol"], a["runs"]) for a in agg] == [("hyparview", 1), ("cyclon", 2)]
-    cyc = agg[1]
-    assert cyc["reliability_after"] == pytest.approx(0.7) and cyc["reliability_after_ci95"] == pytest.approx(
-        12.706 * 0.1414 / 1.4142, rel=1e-3)
-    assert (cyc["cycles_to_heal_mean"], cyc["cycles_to_heal_mean_ci95"], cyc["cycles_to_heal_mean_n"]) == (3, None, 1)
-    assert agg[0]["load_mean"] is None and agg[0]["reliability_after_ci95"] is None and cyc["load_mean"] == 2.0
+def test_tables_from_runs_csv_mean_and_ci_per_protocol_and_fraction(tmp_path):
+    runs = _sweepish(tmp_path)
+    out = tmp_path / "out"
+    assert fh.main([str(runs), "--out", str(out)]) == 0
+    agg = {r["protocol"]: r for r in figlib.read_csv(out / "summary.csv")}
+    assert list(agg) == ["hyparview", "cyclon"]                  # the paper's order
+    cyc = agg["cyclon"]
+    assert (cyc["fail"], cyc["members"], cyc["runs"]) == (0.25, 4, 2)
+    assert cyc["reliability_after"] == pytest.approx((5 / 6 + 2 / 3) / 2)
+    # t(0.975, 1) x s / sqrt(2), s = (5/6 - 2/3) / sqrt(2)
+    assert cyc["reliability_after_ci95"] == pytest.approx(12.706 * (1 / 6) / 2, rel=1e-4)
+    assert (agg["hyparview"]["runs"], agg["hyparview"]["reliability_after_ci95"]) == (1, None)
+    cycles = [r for r in figlib.read_csv(out / "per_cycle.csv") if r["protocol"] == "cyclon"]
+    assert [(r["cycle"], r["runs"]) for r in cycles] == [(2, 2), (4, 2)]
+    assert cycles[0]["reliability"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    text = (out / "tables.md").read_text()
+    assert "| f | HyParView | Cyclon |" in text and "| 25 % | 0.833 (1) | 0.750 ± 1.059 (2) |" in text
+    assert json.loads((out / "summary.json").read_text())["valid_runs"] == 3
+    assert all((out / f).stat().st_size > 1000 for f in ("fig2_reliability.png", "fig3_after_failure.png",
+                                                         "fig4_healing.png", "fig2_reliability_first_cycles.png"))
+    # `tables` regenerates every table from runs.csv alone, byte for byte
+    again = tmp_path / "again"
+    assert fh.main(["tables", str(out), "--out", str(again)]) == 0
+    for f in ("summary.csv", "per_cycle.csv", "summary.json", "tables.md"):
+        assert (again / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_the_committed_tables_regenerate_from_the_committed_runs_csv(tmp_path):
+    committed = REPO / "docs" / "results" / "hyparview-fig2"
+    assert fh.main(["tables", str(committed), "--out", str(tmp_path)]) == 0
+    for f in ("summary.csv", "summary.json", "tables.md"):
+        assert (tmp_path / f).read_bytes() == (committed / f).read_bytes(), f
+    assert not (tmp_path / "per_cycle.csv").exists()        # the committed runs.csv predates its `by_cycle` column
 
 
 def test_gossip_model_bounds_and_seeding():
@@ -138,11 +145,20 @@ def test_gossip_model_bounds_and_seeding():
     assert fh.gossip_model(50, 0.2, trials=100) > fh.gossip_model(50, 0.6, trials=100)
 
 
-def test_a_run_whose_failure_detector_fired_on_load_is_left_out(tmp_path, monkeypatch):
-    t0 = _log(tmp_path)
-    r = fh.analyse_run(tmp_path)
-    assert r["valid"] and r["invalid_because"] == "" and r["max_hops_before"] is None   # no hops logged
+def test_runs_left_out_keep_their_row_and_reason(tmp_path, monkeypatch):
+    runs = _sweepish(tmp_path)
+    make_run(runs, "u", "cyclon", hand_worked(), params={"cycle_s": 0.5}, fraction=0.25, seed=3,
+             judges={"verdict": "unfaithful", "reasons": ["cpu starved"]})
+    make_run(runs, "x", "cyclon", hand_worked(), fraction=0.25, seed=4, status="failed")
+    rows = {r["run"]: r for r in fh.collect([runs])}
+    assert rows["u"]["excluded"] == "unfaithful: cpu starved" and rows["u"]["reliability_before"] == 1.0
+    assert rows["x"]["excluded"] == "not completed (failed)" and "reliability_before" not in rows["x"]
+    assert rows["c1"]["excluded"] is None
     monkeypatch.setattr(fh, "MAX_FALSE_SUSPICIONS", 0)      # the log's one no_ack removal before the crash
-    r = fh.analyse_run(tmp_path)
-    assert not r["valid"] and r["invalid_because"] == "1 false suspicions before the crash"
-    assert t0 > 0
+    monkeypatch.setattr(fh, "MAX_CRASH_SPREAD_S", 0.1)      # the crash record came 0.2 s after its start
+    rows = {r["run"]: r for r in fh.collect([runs])}
+    assert rows["c1"]["excluded"] == "the crash took 0.2 s; 1 false suspicions before the crash"
+    out = tmp_path / "out"
+    figlib.write_csv(out / "runs.csv", list(rows.values()))
+    agg, _, n = fh.tables(read_runs(out / "runs.csv"), out)
+    assert n == 4 and agg == [] and json.loads((out / "summary.json").read_text())["runs"] == 5

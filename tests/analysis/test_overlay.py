@@ -1,21 +1,24 @@
-"""The overlay metrics of seed 003 in Spark (analysis/protocols/overlay.py) against networkx and plain Python on
-the same event log: a simulated HyParView and Cyclon run (tests/node/overlay_sim.py) with a crash."""
+"""The overlay numbers of seed 003 (analysis/protocols/overlay.py) on a simulated HyParView and Cyclon run with a
+crash (tests/node/overlay_sim.py) written as a run directory: run_values (pure Python, networkx) against the
+simulated cores' own views and the log; and the Spark transforms of the same definitions, over the run directory's
+events ingested as `orchestrator analyze` does, against run_values (marked spark)."""
 from __future__ import annotations
 
-import json
 import random
 import statistics
 
 import networkx as nx
 import pytest
 
-from analysis import figures_hyparview
 from analysis.protocols import overlay
+from analysis.protocols.cyclon import PLUGIN as CYCLON
+from analysis.protocols.hyparview import PLUGIN as HYPARVIEW
+from analysis.rundir import load
+from tests.analysis.test_hyparview_values import T0, make_run
 from tests.node.overlay_sim import OverlaySim, make_configs
 
-pytestmark = pytest.mark.spark
-
 N, CRASH_AT, END = 30, 22.0, 32.0
+CASES = [("hyparview", "active", {}), ("cyclon", "partial", {"view_size": 6, "shuffle_length": 3})]
 
 
 def simulate(protocol: str, view: str, **params):
@@ -36,21 +39,26 @@ def simulate(protocol: str, view: str, **params):
     return sim, dead, snaps
 
 
-def frames(spark, sim: OverlaySim, dead: list[int]):
-    rows = [(0.0 + sim.cores[i].clock.origin, f"m{i}", "node_started", None, None, None,
-             json.dumps({"event": "node_started"})) for i in range(N)]
+def write_run(tmp_path, protocol: str, sim: OverlaySim, dead: list[int]):
+    """The simulated log as a run directory (members h0.., t0 = T0, the crash at t0 + CRASH_AT)."""
+    ev = {f"h{i}": [{"ts": T0 + sim.cores[i].clock.origin, "event": "node_started", "id": i}] for i in range(N)}
     for i, e in sim.events:
-        f = e.fields
-        rows.append((e.ts, f"m{i}", e.event, f.get("seq"), f.get("origin"), f.get("op"),
-                     json.dumps({"ts": e.ts, "event": e.event, **f})))
-    events = spark.createDataFrame(rows, "ts double, node string, event string, seq long, origin long, "
-                                         "op string, raw string")
-    members = spark.createDataFrame([(i, f"m{i}") for i in range(N)], "member_id int, member string")
-    crash = spark.createDataFrame([(f"m{i}", CRASH_AT) for i in dead], "member string, crash_ts double")
-    life = spark.createDataFrame([(f"m{i}", sim.cores[i].clock.origin, CRASH_AT if i in dead else None,
-                                   CRASH_AT if i in dead else END) for i in range(N)],
-                                 "member string, started_ts double, crashed_ts double, end_ts double")
-    return events, members, crash, life
+        ev[f"h{i}"].append({"ts": T0 + e.ts, "event": e.event, **e.fields})
+    ev["orchestrator"] = [{"ts": T0 + CRASH_AT, "event": "action_applied", "op": "crash", "actual_s": CRASH_AT,
+                           "targets": [f"h{i}" for i in dead]},
+                          {"ts": T0 + END, "event": "run_stopped", "reason": "completed"}]
+    return load(make_run(tmp_path, protocol, protocol, ev, n=N, fraction=0.5))
+
+
+def same(a, b) -> bool:
+    """Equal, floats within 1e-9 (dicts and lists compared element by element)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and abs(a - b) <= 1e-9
+    return a == b
 
 
 def nx_metrics(views: dict[int, set[int]]) -> dict:
@@ -63,36 +71,35 @@ def nx_metrics(views: dict[int, set[int]]) -> dict:
         indeg[k] = indeg.get(k, 0) + 1
     und = g.to_undirected()
     return {"clustering": nx.average_clustering(und),
-            "undirected_degree_mean": 2 * und.number_of_edges() / und.number_of_nodes(),
-            "shortest_path_mean": statistics.fmean(lengths) if lengths else None,
+            "degree": 2 * und.number_of_edges() / und.number_of_nodes(),
+            "shortest_path": statistics.fmean(lengths) if lengths else None,
             "reachable_pairs": len(lengths), "edges": g.number_of_edges(),
             "indegree": [{"indegree": k, "members": v} for k, v in sorted(indeg.items())]}
 
 
-@pytest.mark.parametrize("protocol,view,params", [("hyparview", "active", {}),
-                                                  ("cyclon", "partial", {"view_size": 6, "shuffle_length": 3})])
-def test_graph_metrics_from_spark_equal_networkx_on_the_same_event_log(spark, protocol, view, params):
+@pytest.mark.parametrize("protocol,view,params", CASES)
+def test_the_replayed_overlay_is_the_cores_views(tmp_path, protocol, view, params):
     sim, dead, snaps = simulate(protocol, view, **params)
-    events, members, crash, life = frames(spark, sim, dead)
+    run = write_run(tmp_path, protocol, sim, dead)
+    ids = {m.name: m.id for m in run.members}
+    crashed = {f"h{i}": T0 + CRASH_AT for i in dead}
     for t, views in snaps.items():
-        edges = overlay.edges_at(events, members, crash, t, view)
-        got = {(r["src"], r["dst"]) for r in edges.collect()}
-        assert got == {(i, j) for i, vs in views.items() for j in vs if j in views}    # the replay is exact
-        m = overlay.graph_metrics(edges, overlay.live_members(members, crash, life, t))
-        want = nx_metrics(views)
-        assert m["members"] == len(views) and m["edges"] == want["edges"] > 0
-        assert m["clustering"] == pytest.approx(want["clustering"], abs=1e-9)
-        assert m["shortest_path_mean"] == pytest.approx(want["shortest_path_mean"], abs=1e-9)
-        assert m["reachable_pairs"] == want["reachable_pairs"]
-        assert m["undirected_degree_mean"] == pytest.approx(want["undirected_degree_mean"])
-        assert m["indegree"] == want["indegree"]
-    assert len(snaps) == 2
+        live, edges = overlay.overlay_at(run.events, ids, crashed, T0 + t, view)
+        assert live == set(views)
+        assert edges == {(i, j) for i, vs in views.items() for j in vs if j in views}    # the replay is exact
+        g, want = overlay.graph_values(live, edges), nx_metrics(views)
+        assert g["members"] == len(views) and g["edges"] == want["edges"] > 0
+        assert same({k: g[k] for k in want}, want)
+    v = (HYPARVIEW if protocol == "hyparview" else CYCLON).run_values(run)
+    before = overlay.graph_values(*overlay.overlay_at(run.events, ids, crashed, T0 + CRASH_AT - 1e-3, view))
+    assert {k: v[f"{k}_before"] for k in before} == before and v["members_end"] == N - len(dead)
 
 
-def test_reliability_per_broadcast_and_healing_match_the_log(spark):
+def test_reliability_per_broadcast_healing_and_hops_match_the_log(tmp_path):
     sim, dead, _ = simulate("hyparview", "active")
-    events, members, crash, life = frames(spark, sim, dead)
-    rel = [r.asDict() for r in overlay.reliability(events, members, life).collect()]
+    run = write_run(tmp_path, "hyparview", sim, dead)
+    ids = {m.name: m.id for m in run.members}
+    rel = overlay.broadcasts(run.events, ids, {f"h{i}": T0 + CRASH_AT for i in dead})
     got: dict[tuple[int, int], set[int]] = {}
     for i, e in sim.of("data_received"):
         got.setdefault((e.fields["origin"], e.fields["seq"]), set()).add(i)
@@ -103,37 +110,80 @@ def test_reliability_per_broadcast_and_healing_match_the_log(spark):
         correct = [j for j in range(N) if not (j in dead and CRASH_AT <= e.ts)]
         want = len((got.get((r["origin_id"], r["seq"]), set()) | {r["origin_id"]}) & set(correct)) / len(correct)
         assert r["reliability"] == pytest.approx(want) and r["cycle"] == e.fields["cycle"]
-    h = overlay.healing(rel, CRASH_AT, overlay.crash_cycle(events, CRASH_AT))
-    assert h["broadcasts_after"] > 5 and h["reliability_before"] == pytest.approx(1.0)
-    # analysis.figures_hyparview's plain-Python pass over the same log (what the Figure 2 sweep uses) agrees
-    log = [{"event": "run_started", "node": "orchestrator", "ts": 0.0, "members": [f"m{i}" for i in range(N)]},
-           {"event": "action_applied", "node": "orchestrator", "op": "crash", "actual_s": CRASH_AT,
-            "targets": [f"m{i}" for i in dead]}]
-    log += [{"event": "node_started", "node": f"m{i}", "ts": sim.cores[i].clock.origin, "id": i} for i in range(N)]
-    log += [{"ts": e.ts, "node": f"m{i}", "event": e.event, **e.fields} for i, e in sim.events]
-    plain, plain_crash, plain_cyc, _ = figures_hyparview.run_reliability(log, 0.0)
-    assert (plain_crash, plain_cyc) == (CRASH_AT, h["crash_cycle"])
-    spark_rows = {(r["origin_id"], r["seq"]): r
-                  for r in overlay.since_crash(rel, overlay.member_crash_cycles(events, CRASH_AT))}
-    assert {(r["origin_id"], r["seq"]) for r in plain} == set(spark_rows)
-    for r in plain:
-        s = spark_rows[(r["origin_id"], r["seq"])]
-        assert (r["reliability"], r["cycle"], r["sent_ts"], r["since_crash"]) == (
-            pytest.approx(s["reliability"]), s["cycle"], pytest.approx(s["sent_ts"]), s["since_crash"])
+    v = HYPARVIEW.run_values(run)
+    assert v["broadcasts_after"] > 5 and v["reliability_before"] == pytest.approx(1.0)
+    assert v["crash_cycle"] in range(18, 23) and v["cycles_to_heal"] is not None and v["cycles_to_heal"] <= 2
     # Table 1's maximum hops to delivery: the largest `hops` per broadcast sent before the crash, averaged
     hops: dict[tuple[int, int], int] = {}
     for i, e in sim.of("data_received"):
         k = (e.fields["origin"], e.fields["seq"])
         hops[k] = max(hops.get(k, 0), e.fields["hops"])
     before = [hops[k] for k, e in sent.items() if e.ts < CRASH_AT and k in hops]
-    hd = overlay.hops_to_delivery(events, overlay.reliability(events, members, life), CRASH_AT)
-    assert hd["broadcasts"] == len(before) > 10 and max(before) >= 2
-    assert (hd["max_hops_mean"], hd["max_hops_max"]) == (pytest.approx(statistics.fmean(before)), max(before))
-    assert figures_hyparview.max_hops(log, CRASH_AT) == pytest.approx(statistics.fmean(before))
-    assert h["crash_cycle"] in range(18, 23) and h["cycles_to_heal"] is not None and h["cycles_to_heal"] <= 2
+    assert len(before) > 10 and max(before) >= 2 and v["max_hops_before"] == pytest.approx(statistics.fmean(before))
     # a hand-made series: healed from the third broadcast after the crash, at cycle 12 (crash at cycle 10)
     series = [{"sent_ts": 1.0, "reliability": 1.0, "cycle": 9}, {"sent_ts": 5.0, "reliability": 0.5, "cycle": 10},
               {"sent_ts": 6.0, "reliability": 1.0, "cycle": 11}, {"sent_ts": 7.0, "reliability": 0.9, "cycle": 11},
               {"sent_ts": 8.0, "reliability": 1.0, "cycle": 12}, {"sent_ts": 9.0, "reliability": 0.995, "cycle": 13}]
     h = overlay.healing(series, 4.0, 10)
     assert (h["heal_broadcast"], h["cycles_to_heal"], h["reliability_before"]) == (4, 2, 1.0)
+
+
+# --- Spark: the same definitions over the ingested events, against run_values --------------------------------------
+
+def spark_frames(spark, run):
+    """The run's events, members, crash and life tables as `orchestrator analyze` makes them (analysis/run.py)."""
+    from analysis import ingest, metrics
+
+    events = ingest.parse_events(ingest.read_event_lines(spark, run.event_logs), run.run_id, run.t0,
+                                 run.event_offsets).cache()
+    members = metrics.members_frame(spark, run.members)
+    crash = metrics.crashes(events, run.t0)
+    return events, members, crash, metrics.lifetimes(events, members, crash, run.end)
+
+
+def spark_values(run, view: str, events, members, crash, life) -> dict:
+    """overlay's Spark transforms over a run's tables, as run_values' keys (the plug-in's Spark metrics before
+    issue #38). Shared with tests/integration/test_hyparview_values_spark.py."""
+    from pyspark.sql import functions as F
+
+    crash_ts = crash.agg(F.min("crash_ts")).first()[0]
+    crash_end = (events.where((F.col("event") == "action_applied") & (F.col("op") == "crash"))
+                 .agg(F.max("ts")).first()[0])
+    end = events.agg(F.max("ts")).first()[0]
+    rel = [r.asDict() for r in overlay.reliability(events, members, life).collect()]
+    crash_cyc = None
+    if crash_ts is not None:
+        rel = overlay.since_crash(rel, overlay.member_crash_cycles(events, crash_ts))
+        crash_cyc = overlay.crash_cycle(events, crash_ts)
+    h = overlay.healing(rel, crash_ts, crash_cyc, first_s=2 * float(run.params.get("cycle_s") or 1.0),
+                        first_from=crash_end)
+    out = {k: h[k] for k in ("reliability_before", "reliability_after", "reliability_after_first",
+                             "broadcasts_after_first", "crash_cycle", "cycles_to_heal", "cycles_to_heal_mean",
+                             "heal_broadcast")}
+    out["reliability_by_cycle"] = h["by_cycle"]
+    out["reliability_after_failure"] = [r["reliability"] for r in h["after_failure"]]
+    out["max_hops_before"] = overlay.hops_to_delivery(events, overlay.reliability(events, members, life),
+                                                      crash_ts)["max_hops_mean"]
+    for label, t in (("before", crash_ts - 1e-3 if crash_ts is not None else end), ("end", end)):
+        g = overlay.graph_metrics(overlay.edges_at(events, members, crash, t, view),
+                                  overlay.live_members(members, crash, life, t))
+        out.update({f"members_{label}": g["members"], f"edges_{label}": g["edges"],
+                    f"indegree_{label}": g["indegree"], f"clustering_{label}": g["clustering"],
+                    f"degree_{label}": g["undirected_degree_mean"], f"shortest_path_{label}": g["shortest_path_mean"],
+                    f"reachable_pairs_{label}": g["reachable_pairs"]})
+    return out
+
+
+def differences(s: dict, v: dict) -> dict:
+    return {k: (s[k], v.get(k)) for k in s if not same(s[k], v.get(k))}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("protocol,view,params", CASES)
+def test_the_spark_transforms_equal_run_values(spark, tmp_path, protocol, view, params):
+    sim, dead, _ = simulate(protocol, view, **params)
+    run = write_run(tmp_path, protocol, sim, dead)
+    v = (HYPARVIEW if protocol == "hyparview" else CYCLON).run_values(run)
+    s = spark_values(run, view, *spark_frames(spark, run))
+    assert s["edges_before"] > 0 and s["reliability_by_cycle"] and s["broadcasts_after_first"] > 0
+    assert differences(s, v) == {}
