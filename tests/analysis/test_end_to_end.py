@@ -74,7 +74,7 @@ def test_cli_analyses_what_it_can_and_names_every_broken_file(spark, run_dir, tm
 
 
 def test_no_analysable_run_is_an_error(tmp_path, capsys):
-    assert main([str(tmp_path / "missing")]) == 1
+    assert main([str(tmp_path / "missing")]) == 2          # bad input, as everywhere
     assert f"error: {tmp_path / 'missing'}: not a directory" in capsys.readouterr().err
 
 
