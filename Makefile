@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
 setup: system venv docker-engine
 
 system:
@@ -235,15 +235,19 @@ VT_RESULTS ?= docs/results/virtual-time
 QUIET := $(PY) -m experiments.busy --loops 0 --load-log $(VT)/load.log --
 LOADED := $(PY) -m experiments.busy --loops 2 --load-log $(VT)/load.log --
 once = ls -d $(1)/*/manifest.json >/dev/null 2>&1 ||   # skip a command whose run directory exists (resumable)
-repro-virtual-time: setup
+repro-virtual-time: vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+vt-transparency: setup
 	@set -e; for x in demo pbcast-small qsm-small hyparview-small; do \
 	  $(QUIET) $(ORCH) sweep topologies/$$x.yaml --axis time.dilation=1,4 --repetitions 5 --no-analyze \
 	    --out $(VT)/transparency/$$x; done
+vt-probe: setup
 	@set -e; test -s $(VT)/probe-n10.json || { $(ORCH) up topologies/demo.yaml --name vtprobe --dilation 10; \
 	  $(ORCH) probe vtprobe --links 6 --paths 2 --count 20 --no-rate --json > $(VT)/probe-n10.json; \
 	  $(ORCH) teardown vtprobe; }
+vt-budget: setup
 	@set -e; for k in process 3; do $(call once,$(VT)/budget-$$k) \
 	  $(QUIET) $(ORCH) run topologies/vt-budget.yaml --set packing=$$k --out $(VT)/budget-$$k; done
+vt-load: setup
 	@set -e; for c in quiet loaded; do w=$$( [ $$c = quiet ] && echo "$(QUIET)" || echo "$(LOADED)" ); \
 	  for s in 1 2 3; do \
 	    test -n "$$(ls $(VT)/load/qsm-budget-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/qsm-fig9.yaml \
@@ -261,12 +265,14 @@ repro-virtual-time: setup
 	    test -n "$$(ls $(VT)/load/pbcast-plain-$$c/s$$s 2>/dev/null)" || $$w $(ORCH) run topologies/pbcast-fig10.yaml \
 	      --set members=64 --set span=21s --set seed=$$s --out $(VT)/load/pbcast-plain-$$c/s$$s; \
 	  done; done
+vt-undilated: setup
 	$(QUIET) $(ORCH) sweep topologies/direct-tcp.yaml --axis links.loss=2% --axis time.dilation=1,5 --repetitions 3 \
 	  --no-analyze --out $(VT)/undilated/tcp-loss
 	$(QUIET) $(ORCH) sweep topologies/direct-mcast.yaml --axis time.dilation=1,5 --repetitions 3 --no-analyze \
 	  --out $(VT)/undilated/mcast
 	@set -e; for n in 1 10; do test -s $(VT)/arp-n$$n.json || { $(ORCH) up topologies/demo.yaml --name vtarp \
 	  --dilation $$n; $(PY) -m experiments.arp_first vtarp > $(VT)/arp-n$$n.json; $(ORCH) teardown vtarp; }; done
+vt-tables: setup
 	$(PY) -m analysis.virtual_time transparency $(VT)/transparency/* --out $(VT_RESULTS)
 	$(PY) -m analysis.virtual_time probe $(VT)/probe-n10.json --out $(VT_RESULTS)
 	$(PY) -m analysis.virtual_time budget $(VT)/budget-*/vtb-* --out $(VT_RESULTS)
