@@ -3,13 +3,20 @@
 The pcaps are opened and parsed on the executors, one task per file, in one pass: `parse_packets` decodes each
 file into Arrow record batches of the PACKETS schema with numpy over the file's bytes (`analysis.pcapvec`; the
 per-packet decoder `analysis.pcap.packet_rows` is the reference it equals), handed to the JVM as they are
-(`DataFrame.mapInArrow`, no Python rows) and, when given a `ScanSink`, reports what the read found about the file (the CAPTURES row `scan_captures`
-gives) through a Spark accumulator, so the file is not read a second time for it (`ingest_packets`). The driver
-only handles the list of files and the per-file summary. Each job is a pure `DataFrame -> DataFrame` function;
-`read_*`, `write_*` and `ingest_packets` are the thin I/O around them.
+(`DataFrame.mapInArrow`, no Python rows) and, when given a `ScanSink`, reports what the read found about the file
+(the CAPTURES row `scan_captures` gives) through a Spark accumulator, so the file is not read a second time for it.
+`ingest_packets` writes the packets table itself: each task decodes its file into the same batches and writes them
+as the table's Parquet file for that capture (pyarrow, the layout `write_packets` gives), and returns only the
+file's CAPTURES row; the JVM never turns the packets into rows (that conversion and Spark's Parquet writer were
+most of the ingest's time once the decode was vectorised). The driver only handles the list of files and the
+per-file summary. Each job is a pure `DataFrame -> DataFrame` function; `read_*`, `write_*` and `ingest_packets`
+are the thin I/O around them.
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -28,6 +35,7 @@ from gossipnode.vclock import VirtualClock
 FILES = StructType([StructField(name, StringType(), name == "address")
                     for name in ("node", "interface", "path", "file", "address")])
 BATCH_ROWS = 8192   # rows per Arrow record batch a task hands to the JVM
+ROW_GROUP_ROWS = 1 << 17   # rows per Parquet row group of the packets table (`ingest_packets`)
 
 
 def files_frame(spark: SparkSession, captures: Sequence[CaptureFile]) -> DataFrame:
@@ -127,12 +135,90 @@ def parse_packets(files: DataFrame, run_id: str, t0: float, names: dict[str, str
 def ingest_packets(spark: SparkSession, captures: Sequence[CaptureFile], run_id: str, t0: float,
                    names: dict[str, str], out: Path, clock_offsets: dict[str, float] | None = None,
                    ports: Ports | None = None, clock: VirtualClock | None = None) -> list[dict]:
-    """Decode every pcap once: write the PACKETS table to `out` (Parquet) and return the CAPTURES rows (dicts, in
-    the order of `captures`)."""
-    sink = ScanSink(spark)
-    write_packets(parse_packets(files_frame(spark, captures), run_id, t0, names, clock_offsets, ports, sink, clock),
-                  out)
-    return sink.rows(captures)
+    """Decode every pcap once: write the PACKETS table to `out` (Parquet, replacing what is there) and return the
+    CAPTURES rows (dicts, in the order of `captures`). The table is the one `write_packets(parse_packets(...))`
+    writes (same rows, partitioned by `node`, snappy), but each task writes its capture's file itself (pyarrow)
+    from the decoded batches, so only one CAPTURES row per file goes through the JVM. `out` must be where the
+    executors see it (a local Spark, or a filesystem shared with the executors: as the pcaps are)."""
+    out = out.resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    offs = dict(clock_offsets or {})
+    ports = ports or Ports()
+    where = str(out)
+
+    def write(batches: Iterator) -> Iterator:
+        schema = arrow_schema(CAPTURES)
+        for b in batches:
+            rows = [write_capture(CaptureFile(**f), where, run_id, t0, names, offs.get(f["node"], 0.0), ports, clock)
+                    for f in b.to_pylist()]
+            if rows:
+                yield to_batch(rows, schema)
+
+    got = {r["file"]: r.asDict() for r in files_frame(spark, captures).mapInArrow(write, CAPTURES).collect()}
+    (out / "_SUCCESS").touch()
+    return [got[c.file] for c in captures]
+
+
+# Spark's escaping of partition values in directory names (ExternalCatalogUtils.escapePathName)
+_ESCAPED = set(map(chr, range(1, 32))) | set('"#%\'*/:=?\\\x7f{[]^')
+
+
+def partition_dir(column: str, value: str) -> str:
+    """The directory of a partition (`node=h0`), named as Spark names it."""
+    return column + "=" + "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def write_capture(cap: CaptureFile, out: str, run_id: str, t0: float, names: dict[str, str],
+                  clock_offset_s: float = 0.0, ports: Ports | None = None, clock: VirtualClock | None = None) -> tuple:
+    """One capture's part of the packets table under `out` (`node=<node>/part-<hash of the file>.snappy.parquet`,
+    written under a hidden name and renamed when complete: a task run again replaces it) and its CAPTURES row.
+    Nothing is written for a file without readable frames.
+
+    The writer gets the string columns dictionary-encoded as the decoder holds them (no strings built, no
+    dictionary to compute); the file records no Arrow schema, so every reader sees plain strings, as in Spark's
+    files. Dictionary pages for the strings only, min/max statistics for the other columns: string statistics
+    and dictionaries of numbers cost a third of the writing, and string min/max would hardly ever let a reader
+    skip a row group (each holds nearly every type and reason)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(PACKETS)
+    found = CaptureScan(cap)
+    node = schema.get_field_index("node")
+    strings = [f.name for f in schema if pa.types.is_string(f.type) and f.name != "node"]
+    others = [f.name for f in schema if not pa.types.is_string(f.type)]
+    directory = os.path.join(out, partition_dir("node", cap.node))
+    name = f"part-{hashlib.sha1(cap.file.encode()).hexdigest()[:20]}.snappy.parquet"
+    partial = os.path.join(directory, f".{name}.partial")
+    writer = None
+    pending: list = []
+
+    def flush() -> None:
+        nonlocal writer, pending
+        if writer is None:
+            os.makedirs(directory, exist_ok=True)
+            writer = pq.ParquetWriter(partial, pending[0].schema, compression="snappy", use_dictionary=strings,
+                                      write_statistics=others, store_schema=False)
+        table = pa.Table.from_batches(pending)
+        writer.write_table(table, row_group_size=table.num_rows)
+        pending = []
+
+    try:
+        for batch in packet_batches(cap, run_id, t0, names, clock_offset_s, ports, found, clock, BATCH_ROWS, schema,
+                                    dictionary=True):
+            pending.append(batch.remove_column(node))     # the partition's value is its directory's name
+            if sum(p.num_rows for p in pending) >= ROW_GROUP_ROWS:
+                flush()
+        if pending:
+            flush()
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is not None:
+        os.replace(partial, os.path.join(directory, name))
+    return found.row()
 
 
 def read_event_lines(spark: SparkSession, logs: Sequence[Path]) -> DataFrame:

@@ -1,5 +1,7 @@
 """Captured frames → packet-table rows. Runs on the Spark executors, so it needs only the standard library and the
-node's `wire` module.
+node's `wire` module. This per-packet decoder is the definition of the packet table: the ingest builds the same table
+with numpy (`analysis.pcapvec`, tested against `packet_rows` row for row), and falls back on this module for what
+needs the stream state (TCP reassembly) or a codec's own error text.
 
 Reads classic pcap files (either byte order, micro- or nanosecond stamps) with link types Ethernet, Linux cooked
 v1 and v2 (tcpdump `-i any`) and raw IP. A file that ends inside a record, or whose record header is

@@ -417,6 +417,7 @@ def test_each_protocol_has_a_vectorised_spec():
     message by message by the reference: right, but slow)."""
     reg = V._Registry(V._Table(), V._Table())
     assert set(reg.specs) == set(wire.CODECS)
+    assert V._DECODE_COLUMNS == PACKET_COLUMNS[9:]
 
 
 # --- (b) a run-like capture set (benchmarks/bench_analysis.py's generator) ----------------------------------------
@@ -494,10 +495,49 @@ def test_the_parallel_record_walk(tmp_path, monkeypatch):
 
 # --- the ingest --------------------------------------------------------------------------------------------------
 
+def test_the_ingest_writes_the_reference_table(tmp_path, monkeypatch):
+    """`ingest.write_capture` (what each task of `ingest_packets` runs): the capture's Parquet file holds the
+    reference's rows (strings plain, non-null columns required), in row groups of ROW_GROUP_ROWS; its scan row is
+    the reference's; a file without frames writes nothing."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from analysis import ingest
+
+    monkeypatch.setattr(ingest, "ROW_GROUP_ROWS", 20)
+    monkeypatch.setattr(ingest, "BATCH_ROWS", 8)
+    recs = sorted(syn._direct_frames("tcp")["h1"], key=lambda r: r[0])
+    caps = [cap(syn.write_pcap(tmp_path / "in" / "h1-any.pcap", 276, recs), "h1"),
+            cap(syn.write_pcap(tmp_path / "in" / "h0-any.pcap", 276, syn.H0_FRAMES)),
+            cap(tmp_path / "in" / "h3-any.pcap", "h3")]
+    out = tmp_path / "packets"
+    counts = {}
+    for c in caps:
+        row = ingest.write_capture(c, str(out), "r", syn.T0, NAMES, 0.5, clock=VirtualClock(2, 1000.0))
+        s = P.CaptureScan(c)
+        reference = list(P.packet_rows(c, "r", syn.T0, NAMES, 0.5, scan=s, clock=VirtualClock(2, 1000.0)))
+        assert row == s.row()
+        counts[c.node] = len(reference)
+        if c.node == "h3":
+            assert not (out / "node=h3").exists()
+            continue
+        (f,) = (out / f"node={c.node}").glob("*.parquet")
+        meta = pq.ParquetFile(f)
+        assert meta.metadata.num_row_groups == {"h0": 1, "h1": 2}[c.node]     # 12 rows; 43 = 24 + 19
+        back = meta.read()
+        assert back.schema == SCHEMA.remove(SCHEMA.get_field_index("node"))
+        node = PACKET_COLUMNS.index("node")
+        assert [tuple(r.values()) for r in back.to_pylist()] == [r[:node] + r[node + 1:] for r in reference]
+    df = pd.read_parquet(out)
+    assert df.groupby("node", observed=True).size().to_dict() == {"h0": 12, "h1": counts["h1"]} and counts["h3"] == 0
+    assert ingest.partition_dir("node", "a/b=c%") == "node=a%2Fb%3Dc%25"
+
+
 @pytest.mark.spark
-def test_parse_packets_gives_the_reference_table(spark, tmp_path):
-    """Through Spark (mapInArrow): the packets table of captures with TCP, multicast and undecodable frames is the
-    reference decoder's, row for row."""
+def test_parse_and_ingest_give_the_reference_table(spark, tmp_path):
+    """Through Spark: the packets DataFrame (`parse_packets`, mapInArrow) and the table `ingest_packets` writes, read
+    back as the analysis reads it, are the reference decoder's rows, and the returned scans its scans; on captures
+    with TCP, multicast and undecodable frames, a missing file, a host clock offset and virtual time."""
     from analysis import ingest
     from analysis.schemas import PACKETS
 
@@ -507,10 +547,20 @@ def test_parse_packets_gives_the_reference_table(spark, tmp_path):
             recs = sorted(syn._direct_frames(transport)[node], key=lambda r: r[0])
             f = syn.write_pcap(tmp_path / f"{node}-{transport}.pcap", 276, recs, 100 if node == "h3" else 65535)
             caps.append(P.CaptureFile(node, transport, str(f), f.name, syn.ADDR[node]))
-    table = ingest.parse_packets(ingest.files_frame(spark, caps), "r", syn.T0, NAMES,
-                                 clock=VirtualClock(2, 1000.0)).collect()
+    caps.append(P.CaptureFile("h2", "any", str(tmp_path / "h2-any.pcap"), "h2-any.pcap", syn.ADDR["h2"]))
+    clock, offsets = VirtualClock(2, 1000.0), {"h3": 0.25}
     key = PACKETS.fieldNames().index
     order = lambda r: (r[key("file")], r[key("frame")], r[key("msg_index")])  # noqa: E731
-    reference = sorted((row for c in caps for row in P.packet_rows(c, "r", syn.T0, NAMES,
-                                                                   clock=VirtualClock(2, 1000.0))), key=order)
+    scans = [P.CaptureScan(c) for c in caps]
+    reference = sorted((row for c, s in zip(caps, scans)
+                        for row in P.packet_rows(c, "r", syn.T0, NAMES, offsets.get(c.node, 0.0), scan=s, clock=clock)),
+                       key=order)
+    table = ingest.parse_packets(ingest.files_frame(spark, caps), "r", syn.T0, NAMES, offsets, clock=clock).collect()
     assert sorted((tuple(r) for r in table), key=order) == reference
+    scanned = ingest.ingest_packets(spark, caps, "r", syn.T0, NAMES, tmp_path / "packets", offsets, clock=clock)
+    assert scanned == [dict(zip(ingest.CAPTURES.fieldNames(), s.row())) for s in scans]
+    back = ingest.read_table(spark, tmp_path / "packets", PACKETS)
+    assert [(f.name, f.dataType) for f in back.schema] == [(f.name, f.dataType) for f in PACKETS]
+    assert sorted((tuple(r) for r in back.collect()), key=order) == reference
+    ingest.ingest_packets(spark, caps[:1], "r", syn.T0, NAMES, tmp_path / "packets")     # replaces the table
+    assert {r["node"] for r in ingest.read_table(spark, tmp_path / "packets", PACKETS).collect()} == {"h0"}
