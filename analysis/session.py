@@ -2,7 +2,7 @@
 
 The executors run `analysis.pcap` (and through it `gossipnode.wire`). A local Spark's workers import both from
 the driver's source tree (PYTHONPATH); for a cluster both packages are zipped and shipped with `addPyFile`, so a
-cluster needs only Spark and Python with pyarrow (the ingest hands Arrow batches to the JVM),
+cluster needs only Spark and Python with pyarrow and numpy (the ingest decodes whole pcap buffers with numpy),
 not this project. The run directories must be at the same path on the driver and on every executor (a shared
 filesystem): the executors open the pcaps, Spark reads the event logs and writes the Parquet tables there through
 `file://` URIs.
