@@ -210,12 +210,12 @@ def tune(
     interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
     from orchestrator.sweeprun import TuneOptions, run_tune
 
-    from analysis.sweep import METRICS
+    from analysis.protocols.gsgc import TUNE_METRICS
 
     if reps < 1:
         raise SpecError("--reps must be at least 1")
-    if metric not in METRICS:
-        raise SpecError(f"--metric {metric!r}: one of {', '.join(METRICS)}")
+    if metric not in TUNE_METRICS:
+        raise SpecError(f"--metric {metric!r}: one of {', '.join(TUNE_METRICS)}")
     try:
         dur_s = parse_time(duration) if duration is not None else None
     except ValueError as exc:
@@ -233,14 +233,17 @@ def tune(
         raise SpecError(f"--engine {engine!r}: spark or events")
 
     def measure(root: Path, entries: list[dict]) -> list[float | None]:
-        from analysis.session import get_spark
-        from analysis.sweep import run_summaries, tune_value
+        """Each run's TPR: its GSGC run values (analysis.sweep: the plug-in's `run_values`; engine spark also
+        writes the per-run reports), `tune_value` of the metric."""
+        from analysis.protocols.gsgc import tune_value
+        from analysis.sweep import run_values_of
 
         if engine == "spark" and "spark" not in spark_holder:
+            from analysis.session import get_spark
             spark_holder["spark"] = get_spark(master)     # one session for every evaluation (run_analysis uses it)
         rds = [e_["run_dir"] if e_.get("status") == "completed" and e_.get("run_dir") else None for e_ in entries]
-        summaries, _ = run_summaries(root, [rd for rd in rds if rd], master, engine)
-        return [tune_value(summaries[rd], metric) if rd in summaries else None for rd in rds]
+        values = run_values_of(root, [rd for rd in rds if rd], master, engine)
+        return [tune_value(values[rd], metric) if rd in values else None for rd in rds]
 
     with PointsProgress() as progress:
         def on_eval(x, fx, values):

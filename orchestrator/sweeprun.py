@@ -142,22 +142,27 @@ def run_problem(run_dir: Path) -> str | None:
     """Why a completed run does not measure what it should, or None: a member that never logged `node_started`,
     or, in a run whose members did not wait for a common start (runs made before the runner started them together,
     where 200 Python processes took minutes to come up), no round completed that started after every member was
-    running (the analysis uses only those rounds, see analysis.sweep). Members that started the protocol together
-    (their configs say wait_for_start) and completed no round within the run are a measurement (the TPR exceeds
-    the run), not a problem."""
-    from analysis.sweep import events_summary
+    running (the analysis uses only those rounds: the run's plug-in's `run_values`, `tpr_values_s`; protocols
+    without rounds have no such check). Members that started the protocol together (their configs say
+    wait_for_start) and completed no round within the run are a measurement (the TPR exceeds the run), not a
+    problem."""
+    from analysis import protocols
+    from analysis.rundir import AnalysisError, load
 
     try:
-        s = events_summary(run_dir)
-    except (OSError, ValueError, KeyError) as exc:
+        run = load(Path(run_dir))
+        values = protocols.get(run.protocol).run_values(run)
+    except (AnalysisError, OSError, ValueError, KeyError) as exc:
         return f"unreadable run directory: {exc}"
-    if s["members"] is None:
+    if not any((run.path / "configs").glob("*.json")):
         return "no node configs"
-    if s["members_started"] < s["members"]:
-        return f"{s['members'] - s['members_started']} of {s['members']} members never started"
-    if not s["tpr_values_s"] and not s["common_start"]:
+    names = {m.name for m in run.members}
+    missing = len(names - {e.get("node") for e in run.events if e.get("event") == "node_started"})
+    if missing:
+        return f"{missing} of {len(names)} members never started"
+    if "tpr_values_s" in values and not values["tpr_values_s"] and not values.get("common_start"):
         return (f"no round completed after every member was running (the last started "
-                f"{s['start_spread_s']:.1f} s after the first)")
+                f"{values.get('start_spread_s') or 0.0:.1f} s after the first)")
     return None
 
 

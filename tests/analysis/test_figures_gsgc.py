@@ -1,6 +1,7 @@
 """analysis.figures_gsgc: the GSGC figures from synthetic points.csv files (hand-worked means and 95 % CIs, runs
 without a TPR counted, unfaithful runs counted and kept), the §4.3 window on hand-made curves, the pooling of two
-sweep directories, Welch's test of the start phases, the exit-2 path without points.csv, and the written files."""
+sweep directories, Welch's test of the start phases, the exit-2 path without points.csv, the written files, and the
+tables mode (the same files again from the written runs CSV alone)."""
 from __future__ import annotations
 
 import csv
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis import figures_gsgc as fg
+from analysis.stats import welch
 
 COLUMNS = ["point", "group", "c.subgroup", "c.step", "c.start_phase", "c.scheme", "c.n", "c.duration", "rep",
            "status", "run_dir", "unfaithful", "fidelity", "members", "subgroup", "step_s", "tpr_s", "tpr_round0_s",
@@ -153,15 +155,15 @@ def test_fig6_outputs_and_the_paper_marks(sweep_b3, tmp_path):
 
 
 def test_welch_by_hand():
-    w = fg.welch([30.0, 32.0, 34.0], [36.0, 38.0, 40.0])
+    w = welch([30.0, 32.0, 34.0], [36.0, 38.0, 40.0])
     # variances 4 and 4: se = sqrt(4/3 + 4/3), t = -6 / se = -3.674, df = (8/3)^2 / (2 * (4/3)^2 / 2) = 4
     assert w["diff"] == pytest.approx(-6.0)
     assert w["t"] == pytest.approx(-6 / math.sqrt(8 / 3))
     assert w["df"] == pytest.approx(4.0)
     assert w["p"] == pytest.approx(0.021311641, rel=1e-6)
-    assert fg.welch([30.0], [36.0, 38.0])["p"] is None          # one value on a side
-    assert fg.welch([9.0, 9.0], [9.0, 9.0])["p"] is None        # no variance on either
-    assert fg.welch([], [1.0])["diff"] is None
+    assert welch([30.0], [36.0, 38.0])["p"] is None          # one value on a side
+    assert welch([9.0, 9.0], [9.0, 9.0])["p"] is None        # no variance on either
+    assert welch([], [1.0])["diff"] is None
 
 
 def test_startphase_table_and_welch(tmp_path):
@@ -279,3 +281,44 @@ def test_tune_table_and_figure_from_tune_json(tmp_path, sweep_b3):
     assert "| 0 | part1 | 7.64 | 32 | 3 / 3 | 32 ± 4.968 | 30 | 34 | yes |" in md
     unfinished = _tune_json(tmp_path / "run" / "tune.json", finished=False)
     assert fg.main(["tune", str(unfinished), "--out", str(tmp_path / "o2")]) == 2
+
+
+def _same_files(a: Path, b: Path, names: list[str]) -> None:
+    for n in names:
+        assert (b / n).read_text() == (a / n).read_text(), n
+
+
+def test_the_tables_mode_writes_the_same_files_from_the_runs_csv_alone(tmp_path, sweep_b3):
+    """Every subcommand again from its STEM_runs.csv (what docs/results/ keeps), no sweep directory: the CSVs and
+    the Markdown byte for byte (the sweep directories named in them come from the runs CSV's `sweep` column)."""
+    other = write_points(tmp_path / "b2", [run(b=2, tpr=40, steps=12, rep=0, duration="120s"),
+                                           run(b=2, step="9s", tpr=33, steps=4, rep=0, duration="120s")])
+    out, again = tmp_path / "out", tmp_path / "again"
+    assert fg.main(["fig6", str(sweep_b3), str(other), "--sim", "I", "--out", str(out / "f6")]) == 0
+    assert fg.main(["fig6", "--tables", str(out / "f6"), "--sim", "I", "--out", str(again / "f6")]) == 0
+    _same_files(out / "f6", again / "f6", ["fig6_runs.csv", "fig6.csv", "fig6_window.csv", "fig6.md"])
+    assert fg.main(["startphase", str(sweep_b3), "--out", str(out / "sp")]) == 0
+    assert fg.main(["startphase", "--tables", str(out / "sp"), "--out", str(again / "sp")]) == 0
+    _same_files(out / "sp", again / "sp", ["startphase_runs.csv", "startphase.csv", "startphase_welch.csv",
+                                           "startphase.md"])
+    assert fg.main(["fig12_13", str(sweep_b3), "--title", "T", "--out", str(out / "n")]) == 0
+    assert fg.main(["fig12_13", "--tables", str(out / "n"), "--title", "T", "--out", str(again / "n")]) == 0
+    _same_files(out / "n", again / "n", ["fig12_13_runs.csv", "fig12_13.csv", "fig12_13.md"])
+    assert fg.main(["sims", "--sim1", str(sweep_b3), "--sim2", str(other), "--out", str(out / "s")]) == 0
+    assert fg.main(["sims", "--tables", str(out / "s"), "--out", str(again / "s")]) == 0
+    _same_files(out / "s", again / "s", ["sims_runs.csv", "sims.csv", "sims_window.csv", "sims.md"])
+    assert f"`{sweep_b3}`" in (again / "f6" / "fig6.md").read_text()
+    # tune: a committed copy tune-NAME.json is labelled NAME; the grid from a runs CSV
+    f = _tune_json(tmp_path / "r5" / "tune.json")
+    copy = tmp_path / "results" / "tune-r5.json"
+    copy.parent.mkdir()
+    copy.write_text(f.read_text())
+    assert fg.main(["tune", str(f), "--grid", str(sweep_b3), "--out", str(out / "t")]) == 0
+    assert fg.main(["tune", str(copy), "--grid-runs", str(out / "f6" / "fig6_runs.csv"), "--out",
+                    str(again / "t")]) == 0
+    _same_files(out / "t", again / "t", ["tune.csv", "tune.md"])
+
+
+def test_the_tables_mode_without_the_runs_csv_exits_2(tmp_path, capsys):
+    assert fg.main(["fig6", "--tables", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "fig6_runs.csv: not found" in capsys.readouterr().err

@@ -1,15 +1,18 @@
-"""The sweep analysis without Spark: confidence intervals, queue statistics, TPR from event logs, aggregation,
-figures and the report of a synthetic sweep directory."""
+"""The sweep analysis without Spark: confidence intervals, aggregation, figures and the report of a synthetic sweep
+directory (each run's numbers from its plug-in's run_values: GSGC's TPR from the event logs and queue statistics
+from the delay line, tested here through the sweep and in test_gsgc_values.py), and its tables mode."""
 from __future__ import annotations
 
 import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from analysis import sweep as sa
+from analysis.protocols import gsgc
 
 
 def test_mean_ci_uses_student_t():
@@ -43,9 +46,9 @@ def test_mean_ci_of_many_repetitions_uses_t_not_196():
 def test_queue_stats_pool_every_direction():
     dl = {"queues": {"a/down": {"max_queue": 3, "queue_sum": 10, "queued": 10, "overflowed": 1},
                      "a/up": {"max_queue": 7, "queue_sum": 30, "queued": 10, "overflowed": 2}}}
-    assert sa.queue_stats(dl) == {"avg_queue": 2.0, "max_queue": 7, "overflowed": 3}
+    assert gsgc.queue_stats(dl) == {"avg_queue": 2.0, "max_queue": 7, "overflowed": 3}
     old = {"queues": {"a/down": {"max_queue": 3}}}          # a delay line without queue_sum
-    assert sa.queue_stats(old)["avg_queue"] is None and sa.queue_stats(None)["max_queue"] is None
+    assert gsgc.queue_stats(old)["avg_queue"] is None and gsgc.queue_stats(None)["max_queue"] is None
 
 
 def ev(ts, node, event, **kw):
@@ -60,27 +63,51 @@ def test_event_rounds_follow_the_metrics_definition():
               ev(5.0, "a", "round_completed", level="global", round=0, via="constructed", steps=4),
               ev(4.0, "b", "round_started", level="global", round=1),
               ev(9.0, "b", "round_completed", level="global", round=1, via="gossip", steps=9)]
-    rows = sa.event_rounds(events, {})
+    rows = gsgc.event_rounds(events, {})
     assert [(r["round"], r["tpr_s"], r["steps"], r["constructed_by"]) for r in rows] == [
         (0, 4.0, 3, "b"), (1, None, None, None)]
 
 
-def test_run_tpr_leaves_out_round_0_when_later_rounds_completed():
-    assert sa.run_tpr({"tpr_values_s": [10.0, 4.0, 6.0], "steps_values": [5, 2, 3]}) == (5.0, 2.5, 2)
-    assert sa.run_tpr({"tpr_values_s": [10.0], "steps_values": [5]}) == (10.0, 5, 1)
-    assert sa.run_tpr({}) == (None, None, 0)
+def test_a_runs_sweep_values_are_its_run_values():
+    """points.csv's columns of a GSGC run: TPR and steps the means over its steady rounds (a round without steps
+    left out of the steps), the round-0 TPR and steps, the queues (the delay line's overflows as queue_drops)."""
+    v = {"subgroup": 3, "step_s": 2.0, "tpr_values_s": [10.0, 4.0, 6.0], "steps_values": [5, None, 3],
+         "tpr_all_values_s": [20.0, 10.0, 4.0, 6.0], "tpr_first_round_s": 10.0, "steps_first_round": 5,
+         "avg_queue": 1.5, "max_queue": 7, "queue_overflowed": 2, "queue_drops": 99}
+    got = gsgc.PLUGIN.sweep_values(v, {})
+    assert got == {"subgroup": 3, "step_s": 2.0, "tpr_s": pytest.approx(20 / 3), "tpr_round0_s": 10.0,
+                   "steps_round0": 5, "steps": 4.0, "rounds": 3, "tpr_all_s": 10.0, "avg_queue": 1.5,
+                   "max_queue": 7, "queue_drops": 2}
+    assert list(got) == ["subgroup", "step_s", "tpr_s", "tpr_round0_s", "steps_round0", "steps", "rounds",
+                         "tpr_all_s", "avg_queue", "max_queue", "queue_drops"]      # points.csv's order
+    empty = gsgc.PLUGIN.sweep_values({}, {})
+    assert (empty["tpr_s"], empty["steps"], empty["rounds"], empty["queue_drops"]) == (None, None, 0, None)
+
+
+def write_run(d: Path, configs: dict[str, dict], events: list[dict], **files: Any) -> Path:
+    """A run directory analysis.rundir can load: manifest, plan (every config a member), node configs with the
+    member list, each member's events in events/<name>.jsonl (the orchestrator's in orchestrator.jsonl), and any
+    further files (relative path -> JSON)."""
+    (d / "events").mkdir(parents=True)
+    (d / "configs").mkdir()
+    (d / "manifest.json").write_text(json.dumps({"run_id": d.name, "status": "completed", "t0_unix": 0.0}))
+    names = list(configs)
+    (d / "plan.json").write_text(json.dumps({"nodes": [{"name": n, "role": "member", "address": f"10.0.0.{i + 1}"}
+                                                       for i, n in enumerate(names)], "links": []}))
+    members = [{"id": c["id"], "name": n, "addr": f"10.0.0.{i + 1}:7000"} for i, (n, c) in enumerate(configs.items())]
+    for n, c in configs.items():
+        (d / "configs" / f"{n}.json").write_text(json.dumps({"name": n, "members": members, **c}))
+    for n in [*names, "orchestrator"]:
+        (d / "events" / f"{n}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events if e["node"] == n))
+    for rel, doc in files.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(json.dumps(doc))
+    return d
 
 
 def make_run(root: Path, rel: str, b: int, step: float, tprs: list[float], local: bool = False) -> str:
-    d = root / rel
-    (d / "events").mkdir(parents=True)
-    (d / "configs").mkdir()
-    (d / "tc").mkdir()
-    (d / "manifest.json").write_text(json.dumps({"run_id": d.name, "status": "completed"}))
     groups = [{"members": [0, 1], "controllers": [0]}, {"members": [2, 3], "controllers": [2]}] if local else None
-    for i in range(4):
-        (d / "configs" / f"h{i}.json").write_text(json.dumps(
-            {"name": f"h{i}", "id": i, "gsgc": {"subgroup": b, "step_s": step, "local_groups": groups}}))
+    configs = {f"h{i}": {"id": i, "gsgc": {"subgroup": b, "step_s": step, "local_groups": groups}} for i in range(4)}
     # h3 starts late: round 0 (started at 0) began before every member ran and is left out
     lines, t = [ev(-1.0 if i < 3 else 0.5, f"h{i}", "node_started") for i in range(4)], 0.0
     level = "sc" if local else "global"
@@ -92,16 +119,19 @@ def make_run(root: Path, rel: str, b: int, step: float, tprs: list[float], local
             lines += [ev(t, "h1", "round_started", level="local", round=r),
                       ev(t + 1.0, "h1", "round_completed", level="local", round=r, via="constructed", steps=1)]
         t += tpr
-    (d / "events" / "h0.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    (d / "events" / "orchestrator.jsonl").write_text("")
-    (d / "tc" / "delayline.json").write_text(json.dumps(
-        {"queues": {"l0/up": {"max_queue": int(10 / step), "queue_sum": 20, "queued": 10, "overflowed": 0}}}))
+    delayline = {"queues": {"l0/up": {"max_queue": int(10 / step), "queue_sum": 20, "queued": 10, "overflowed": 0}}}
+    write_run(root / rel, configs, lines, **{"tc/delayline.json": delayline})
     return rel
 
 
-def test_events_summary_of_local_gossip_adds_the_two_phases(tmp_path):
+def values_of(d: Path) -> dict:
+    """The run's record as the sweep's events engine reads it (protocol, members, the plug-in's run_values)."""
+    return sa.run_record(d)
+
+
+def test_run_values_of_local_gossip_add_the_two_phases(tmp_path):
     rel = make_run(tmp_path, "r", 1, 0.5, [3.0, 2.0, 4.0], local=True)
-    s = sa.events_summary(tmp_path / rel)
+    s = values_of(tmp_path / rel)
     assert s["tpr_all_values_s"] == [4.0, 3.0, 5.0] and s["local_groups"] == 2 and s["members"] == 4
     assert s["tpr_values_s"] == [3.0, 5.0] and s["start_spread_s"] == 1.5   # round 0 began before h3 ran
 
@@ -136,8 +166,19 @@ def test_a_synthetic_sweep_gives_one_point_per_b_and_step_with_ci(tmp_path):
     assert float(one["tpr_s_ci95"]) == pytest.approx(12.7062 * math.sqrt(0.5) / math.sqrt(2), rel=1e-4)
     assert float(one["max_queue_mean"]) == 2 and float(one["avg_queue_mean"]) == 2
     assert len(list(csv.DictReader((out / "points.csv").open()))) == 12
+    # points.csv keeps its columns (analysis/figures_gsgc.py and the committed copies read them)
+    assert next(csv.reader((out / "points.csv").open())) == [
+        "point", "group", "c.subgroup", "c.step", "rep", "status", "run_dir", "unfaithful", "fidelity", "members",
+        "subgroup", "step_s", "tpr_s", "tpr_round0_s", "steps_round0", "steps", "rounds", "tpr_all_s", "avg_queue",
+        "max_queue", "queue_drops"]
     text = md.read_text()
     assert "| subgroup | step |" in text and "tpr_steps_vs_step.png" in text
+    # the tables mode: the same summary.csv and sweep.md from points.csv and sweep_context.json alone
+    again = tmp_path / "again"
+    assert sa.main(["tables", str(out), "--out", str(again)]) == 0
+    for f in ("points.csv", "summary.csv", "sweep.md"):
+        assert (again / f).read_text() == (out / f).read_text(), f
+    assert "Sweep " + tmp_path.name in (again / "sweep.md").read_text()
 
 
 def test_group_size_figure_when_members_vary(tmp_path):
@@ -173,28 +214,29 @@ def test_the_fidelity_probe_burst_is_taken_out_of_the_queue_statistics():
     dl = {"queues": {"a/down": {"max_queue": 30, "queue_sum": 435 + 10, "queued": 30 + 10, "overflowed": 0},
                      "b/up": {"max_queue": 4, "queue_sum": 10, "queued": 10, "overflowed": 0}}}
     probe = {"link": "a", "direction": "down", "count": 30}
-    assert sa.queue_stats(dl, probe) == {"avg_queue": 1.0, "max_queue": 4, "overflowed": 0}
+    assert gsgc.queue_stats(dl, probe) == {"avg_queue": 1.0, "max_queue": 4, "overflowed": 0}
     dl["queues"]["a/down"]["max_queue"] = 50        # the protocol's own queue went beyond the burst
-    assert sa.queue_stats(dl, probe)["max_queue"] == 50
+    assert gsgc.queue_stats(dl, probe)["max_queue"] == 50
 
 
 def test_round_0_is_the_papers_tpr_when_every_member_ran_at_the_start(tmp_path):
     rel = make_run(tmp_path, "late", 3, 1.0, [20.0, 10.0])          # h3 started after round 0 began
-    assert sa.events_summary(tmp_path / rel)["tpr_first_round_s"] is None
+    assert values_of(tmp_path / rel)["tpr_first_round_s"] is None
     d = tmp_path / make_run(tmp_path, "sync", 3, 1.0, [20.0, 10.0])
-    f = d / "events" / "h0.jsonl"
+    f = d / "events" / "h3.jsonl"
     f.write_text(f.read_text().replace('"ts": 0.5, "node": "h3"', '"ts": -0.5, "node": "h3"'))
-    s = sa.events_summary(d)
+    s = values_of(d)
     assert s["tpr_first_round_s"] == 20.0 and s["tpr_values_s"] == [20.0, 10.0]
 
 
 def test_tune_value_picks_the_metric():
-    s = {"steady": True, "tpr_values_s": [20.0, 10.0], "steps_values": [4, 2], "tpr_first_round_s": 20.0}
-    assert sa.tune_value(s, "rounds") == 15.0
-    assert sa.tune_value(s, "round0") == 20.0
-    assert sa.tune_value({**s, "tpr_first_round_s": None}, "round0") is None
+    s = {"tpr_values_s": [20.0, 10.0], "steps_values": [4, 2], "tpr_first_round_s": 20.0}
+    assert gsgc.tune_value(s, "rounds") == 15.0
+    assert gsgc.tune_value(s, "round0") == 20.0
+    assert gsgc.tune_value({**s, "tpr_first_round_s": None}, "round0") is None
+    assert gsgc.tune_value({}, "rounds") is None
     with pytest.raises(ValueError, match="metric 'x'"):
-        sa.tune_value(s, "x")
+        gsgc.tune_value(s, "x")
 
 
 def test_a_sweep_of_another_protocol_takes_its_plug_ins_values(tmp_path):

@@ -32,16 +32,11 @@ def test_round_0_of_local_gossip_runs_from_the_common_start_to_the_first_global_
     """§5: the paper's TPR of the local scheme is from the start of the protocol (every local group's round 0) to
     the first S an SC constructs: here local rounds 0 start at 10.0 and 10.2, the first SC round (started 13.0
     by h0) completes at 17.5, a later one at 16.0 by another SC (its own round 0 started at 12.5): 16.0 - 10.0."""
-    from .test_sweep_analysis import ev
+    from .test_sweep_analysis import ev, write_run
 
-    d = tmp_path / "r"
-    (d / "events").mkdir(parents=True)
-    (d / "configs").mkdir()
     groups = [{"members": [0, 1], "controllers": [0]}, {"members": [2, 3], "controllers": [2]}]
-    for i in range(4):
-        (d / "configs" / f"h{i}.json").write_text(json.dumps(
-            {"name": f"h{i}", "id": i, "wait_for_start": True,
-             "gsgc": {"subgroup": 1, "step_s": 0.7, "local_groups": groups}}))
+    configs = {f"h{i}": {"id": i, "wait_for_start": True,
+                         "gsgc": {"subgroup": 1, "step_s": 0.7, "local_groups": groups}} for i in range(4)}
     lines = [ev(9.0, f"h{i}", "node_started") for i in range(4)]
     lines += [ev(10.0, "h1", "round_started", level="local", round=0),
               ev(10.2, "h3", "round_started", level="local", round=0),
@@ -51,7 +46,7 @@ def test_round_0_of_local_gossip_runs_from_the_common_start_to_the_first_global_
               ev(12.5, "h2", "round_started", level="sc", round=0),
               ev(16.0, "h2", "round_completed", level="sc", round=0, via="constructed", steps=5),
               ev(17.5, "h0", "round_completed", level="sc", round=0, via="constructed", steps=6)]
-    (d / "events" / "all.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    s = sa.events_summary(d)
+    s = sa.run_record(write_run(tmp_path / "r", configs, lines))
     assert s["tpr_first_round_s"] == 16.0 - 10.0 and s["steps_first_round"] == 5
-    assert s["rounds"] == {"global": 0, "local": 2, "sc": 1}
+    assert s["rounds_completed"] == {"global": 0, "local": 2, "sc": 1}
+    assert s["common_start"] and s["local_groups"] == 2

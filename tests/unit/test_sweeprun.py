@@ -172,9 +172,12 @@ def _run_dir(tmp_path: Path, starts: dict[str, float | None], rounds: list[tuple
     (d / "configs").mkdir(parents=True)
     (d / "events").mkdir()
     (d / "manifest.json").write_text(json.dumps({"status": "completed", "t0_unix": 100.0}))
+    (d / "plan.json").write_text(json.dumps({"nodes": [{"name": n, "role": "member"} for n in starts]}))
+    members = [{"id": i, "name": n, "addr": f"10.0.0.{i + 1}:7000"} for i, n in enumerate(starts)]
     for i, (name, ts) in enumerate(starts.items()):
         (d / "configs" / f"{name}.json").write_text(json.dumps({"name": name, "id": i, "gsgc": {"subgroup": 1},
-                                                                          "wait_for_start": common_start}))
+                                                                "members": members,
+                                                                "wait_for_start": common_start}))
         lines = []
         if ts is not None:
             lines.append({"ts": ts, "node": name, "event": "node_started"})
