@@ -138,12 +138,14 @@ def transparency_table(rows: list[dict]) -> str:
 
 def _throughput(run_dir: Path, kind: str) -> dict:
     if kind == "qsm":
-        from analysis.figures_qsm import analyse_run
-        r = analyse_run(run_dir)
+        from analysis.protocols.qsm import PLUGIN
+        from analysis.rundir import load
+        r = PLUGIN.run_values(load(run_dir))
         return {"throughput": r.get("throughput"), "delivery": r.get("delivery")}
-    from analysis.figures_pbcast_more import analyse_run
-    r = analyse_run("fig10", run_dir)
-    return {"throughput": r.get("throughput"), "delivery": r.get("throughput_1s")}
+    from analysis import protocols
+    from analysis.rundir import load
+    v = protocols.get("vsync").run_values(load(run_dir))
+    return {"throughput": v.get("throughput_unperturbed_per_s"), "delivery": v.get("throughput_unperturbed_1s_per_s")}
 
 
 def load_runs(sets: list[tuple[str, Path]], load_log: Path | None = None) -> list[dict]:

@@ -1,5 +1,6 @@
-"""The pbcast / vsync / tradvsync analysis transforms on hand-made event tables (Spark): the delivery histogram,
-Figure 1's throughput windows, the unperturbed / perturbed split, vsync's waves and view changes."""
+"""The pbcast / vsync / tradvsync Spark transforms on hand-made event tables: the report's tables (Figure 1's
+throughput windows per member, vsync's Gseq latency, waves and view changes, the load by type). The run's numbers
+are run_values' (tests/analysis/test_pbcast_values.py)."""
 from __future__ import annotations
 
 import json
@@ -25,32 +26,27 @@ def frames(spark, rows, n=4, senders=("h0",)):
     return events, members
 
 
-def test_delivery_histogram_and_throughput(spark):
-    from analysis.protocols.pbcast import (common_summary, delivery_fractions, delivery_histogram, disturbed,
-                                           throughput, throughput_summary)
+def test_throughput_windows(spark):
+    """The report's per-member throughput tables (the numbers are run_values': tests/analysis/test_pbcast_values.py,
+    and test_figures_pbcast.py checks the two agree on one log)."""
+    from analysis.protocols.pbcast import throughput, throughput_summary, workload_span
     rows = [ev(0, f"h{i}", "node_started") for i in range(4)]
     rows += [ev(1 + s / 10, "h0", "data_sent", seq=s) for s in range(1, 11)]
     for s in range(1, 11):            # 1..8 reach everyone, 9 reaches one member, 10 nobody
         for r in (["h1", "h2", "h3"] if s <= 8 else ["h1"] if s == 9 else []):
             rows.append(ev(1.05 + s / 10, r, "data_received", origin=0, seq=s))
-    rows.append(ev(1.5, "orchestrator", "action_applied", action="perturb", targets=["h3"]))
-    events, members = frames(spark, rows)
-    hist = {float(r["bin"]): r["messages"] for r in delivery_histogram(delivery_fractions(events, members)).collect()}
-    assert hist == {1.0: 8, 0.3: 1, 0.0: 1}
-    assert [r.asDict() for r in disturbed(events).collect()] == [{"member": "h3", "action": "perturb"}]
+    events, _members = frames(spark, rows)
+    assert workload_span(events) == (pytest.approx(1.1), pytest.approx(2.0))
     win = throughput(events, 1.0, 2.0, 0.5).where("node = 'h2'").orderBy("window").collect()
     assert [(r["window"], r["deliveries"], r["rate_per_s"]) for r in win] == [(0, 4, 8.0), (1, 4, 8.0)]
-    summ = [r.asDict() for r in throughput_summary(throughput(events, 1.0, 2.0, 0.5)).collect()]
-    d = {"disturbed": [{"member": "h3", "action": "perturb"}], "senders": ["h0"], "fig1": summ, "per_s": summ,
-         "histogram": [{"bin": b, "messages": m} for b, m in hist.items()]}
-    s = common_summary(d)
-    assert s["unperturbed_members"] == ["h1", "h2"] and s["perturbed_members"] == ["h3"]
-    assert s["throughput_unperturbed_per_s"] == 8.5          # median of h1 (9/s: it also got seq 9) and h2 (8/s)
-    assert s["delivered_to_all_fraction"] == 0.8
+    summ = {r["node"]: r for r in throughput_summary(throughput(events, 1.0, 2.0, 0.5)).collect()}
+    # h1 also got seq 9 (at 1.95): 4 + 5 deliveries in the two windows; h0 (the sender) none
+    assert summ["h1"]["mean_per_s"] == 9.0 and summ["h1"]["windows"] == 2 and summ["h0"]["mean_per_s"] == 0.0
+    assert summ["h2"]["min_per_s"] == summ["h2"]["max_per_s"] == 8.0
 
 
 def test_vsync_waves_and_views(spark):
-    from analysis.protocols.vsync import delivery_waves, view_changes
+    from analysis.protocols.vsync import delivery_waves, gseq_latency, view_changes
     rows = []
     for g in (1, 2):
         rows.append(ev(10 + g, "h0", "data_received", origin=3, seq=g, gseq=g))
@@ -63,6 +59,13 @@ def test_vsync_waves_and_views(spark):
     assert w["h1"]["lag_leader_mean_s"] == pytest.approx(0.7) and w["h1"]["lag_pbcast_max_s"] == pytest.approx(0.2)
     (v,) = view_changes(events).collect()
     assert (v["view"], v["duration_s"], v["acks"], v["installed_at"], v["dropped"]) == (1, 1.0, 2, 3, "[2]")
+    lat = [ev(30, "h3", "own_delivered", seq=s, latency_s=x) for s, x in ((1, 0.002), (2, 0.004), (3, None))]
+    lat += [ev(30, "h3", "gseq_acked", seq=1, latency_s=0.001)]
+    events, _members = frames(spark, lat)
+    g = {r["event"]: r for r in gseq_latency(events).collect()}
+    # the multicasts with a latency (own_delivered of seq 3 has none): as run_values' own_n
+    assert g["own_delivered"]["messages"] == 2 and g["own_delivered"]["mean_s"] == pytest.approx(0.003)
+    assert g["gseq_acked"]["max_s"] == pytest.approx(0.001)
 
 
 def test_load_by_type_counts_a_datagram_once(spark):
