@@ -208,7 +208,7 @@ def tune(
 ) -> None:
     """The GSGC paper's adaptive method (§4.3, Figures 10-11): golden-ratio search for a near-minimum-TPR step
     interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
-    from orchestrator.sweeprun import TuneOptions, run_tune
+    from orchestrator.tunerun import TuneOptions, run_tune
 
     from analysis.protocols.gsgc import TUNE_METRICS
 

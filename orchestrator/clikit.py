@@ -74,7 +74,7 @@ def parse_cpu_from(path):
     """`--cpu-from RUN_OR_SWEEP_DIR` -> orchestrator.timebase.Measured (SpecError when it measured nothing)."""
     if path is None:
         return None
-    from orchestrator.sweeprun import measured_from
+    from orchestrator.sweepfit import measured_from
 
     return measured_from(path)
 

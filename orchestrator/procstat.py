@@ -1,5 +1,5 @@
 """The CPU the member processes of a run used, read from /proc just before they stop: what `sweep --parallel`
-sizes its fit with once a point has run (orchestrator/sweeprun.check_fit), instead of its fixed per-member guess.
+sizes its fit with once a point has run (orchestrator/sweepfit.check_fit), instead of its fixed per-member guess.
 Linux only; hand-written because it is three fields of /proc/PID/stat (psutil would be a dependency for that).
 `parse_stat` and `summarise` are pure."""
 from __future__ import annotations

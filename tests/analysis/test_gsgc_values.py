@@ -2,7 +2,7 @@
 synthetic run of tests/analysis/synthetic.py (the same events test_metrics.py checks the Spark transforms on, so
 the two paths share their expected values), small run directories written here for the start, the steady rounds,
 time to stable and failure detection, the Spark summary's remaining keys, the sweep engines, and sweep's validity
-check (orchestrator.sweeprun.run_problem) asking run_values."""
+check (orchestrator.sweepstate.run_problem) asking run_values."""
 from __future__ import annotations
 
 import json
@@ -168,7 +168,7 @@ def _problem_run(d: Path, starts: dict[str, float | None], rounds=((110.0, 115.0
 
 
 def test_sweeps_validity_check_asks_run_values(tmp_path):
-    from orchestrator.sweeprun import run_problem
+    from orchestrator.sweepstate import run_problem
 
     assert run_problem(_problem_run(tmp_path / "a", {"h0": 99.0, "h1": 104.0})) is None
     assert "1 of 2 members never started" in run_problem(_problem_run(tmp_path / "b", {"h0": 99.0, "h1": None}))

@@ -45,7 +45,7 @@ def children_of(root: Path) -> list[int]:
                 cmd = (proc / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"orchestrator.sweeprun" in cmd and any(str(root).encode() in c for c in cmd):
+            if b"orchestrator.sweepchild" in cmd and any(str(root).encode() in c for c in cmd):
                 out.append(int(proc.name))
     return out
 

@@ -1,5 +1,5 @@
 """The members' measured CPU (orchestrator/procstat.py) and its use: fidelity's `member_cores_each`, the sweep's
---parallel fit (sweeprun.check_fit) sized by it instead of the fixed per-member guess. Hand-worked numbers."""
+--parallel fit (sweepfit.check_fit) sized by it instead of the fixed per-member guess. Hand-worked numbers."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import fidelity, procstat, sweeprun
+from orchestrator import fidelity, procstat, sweepchild, sweepfit, sweeprun, sweepstate
 from orchestrator import sweep as sw
 from orchestrator.errors import SpecError
 
@@ -63,19 +63,19 @@ def test_point_need_takes_measured_member_cpu_instead_of_the_guess():
 
 
 def test_check_fit_uses_the_largest_member_cpu_measured_in_the_sweep(monkeypatch):
-    monkeypatch.setattr(sweeprun, "machine", lambda: (2, 16 * 2 ** 30))
+    monkeypatch.setattr(sweepfit, "machine", lambda: (2, 16 * 2 ** 30))
     doc = {"topology": {"nodes": 200, "members": "all"}, "nodes": {"packing": 20}}
     prepared = {f"p{i}": (doc, "d") for i in range(3)}
     todo = [SimpleNamespace(id=f"p{i}") for i in range(3)]
     with pytest.raises(SpecError, match="largest K that fits is 1"):       # the guess: 4.1 cores a point
-        sweeprun.check_fit(prepared, todo, 3, {})
+        sweepfit.check_fit(prepared, todo, 3, {})
     old = {"a": {"fidelity": {"member_cores_each": 0.001}}, "b": {"fidelity": {"member_cores_each": 0.002}},
            "c": {"fidelity": {"member_cores_each": None}}}
-    f = sweeprun.check_fit(prepared, todo, 3, old)                          # 3 x (0.1 + 200 x 0.002) = 1.5 cores
+    f = sweepfit.check_fit(prepared, todo, 3, old)                          # 3 x (0.1 + 200 x 0.002) = 1.5 cores
     assert f.ok and f.cpu_need == pytest.approx(3 * (sw.LAB_CPU + 0.4))
     old["d"] = {"fidelity": {"member_cores_each": 0.003}}                   # 3 x 0.7 = 2.1 > 1.6: refused
     with pytest.raises(SpecError, match="largest K that fits is 2"):
-        sweeprun.check_fit(prepared, todo, 3, old)
+        sweepfit.check_fit(prepared, todo, 3, old)
 
 
 def test_local_driver_measures_its_running_processes_only():
@@ -118,8 +118,8 @@ def test_measure_first_runs_one_point_alone_then_fits_on_its_measurement(tmp_pat
     f.write_text("name: t\ntopology: {kind: tree, nodes: 100, degree: 4}\n"
                  "protocol: {gsgc: {subgroup: 3, step: 1s, fail_k: null}}\nduration: 20s\nseed: 3\n"
                  "sweep:\n  axes:\n    protocol.gsgc.step: [1s, 2s]\n  repetitions: 2\n")
-    monkeypatch.setattr(sweeprun, "machine", lambda: (2, 64 * 2 ** 30))
-    monkeypatch.setattr(sweeprun, "_warm_probe", lambda opts: None)
+    monkeypatch.setattr(sweepfit, "machine", lambda: (2, 64 * 2 ** 30))
+    monkeypatch.setattr(sweepchild, "_warm_probe", lambda opts: None)
     with pytest.raises(SpecError, match="--measure-first runs one point alone"):
         sweeprun.run_sweep(f, sweeprun.SweepOptions(out=tmp_path / "sw", parallel=3, analyze=False))
 
@@ -141,8 +141,8 @@ def test_measure_first_runs_one_point_alone_then_fits_on_its_measurement(tmp_pat
         raise KeyboardInterrupt
 
     monkeypatch.setattr(runner, "run", fake_run)
-    monkeypatch.setattr(sweeprun, "run_problem", lambda rd: None)
-    monkeypatch.setattr(sweeprun, "launch_child", launch)
+    monkeypatch.setattr(sweepstate, "run_problem", lambda rd: None)
+    monkeypatch.setattr(sweepchild, "launch_child", launch)
     with pytest.raises(KeyboardInterrupt):
         sweeprun.run_sweep(f, sweeprun.SweepOptions(out=tmp_path / "sw", parallel=3, analyze=False,
                                                     measure_first=True))

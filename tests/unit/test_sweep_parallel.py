@@ -1,5 +1,5 @@
 """`sweep --parallel K` without a network: the slots' lab names and address pools, the fit decision, and the
-parent's scheduling of child processes (a fake launcher stands in for `python -m orchestrator.sweeprun`)."""
+parent's scheduling of child processes (a fake launcher stands in for `python -m orchestrator.sweepchild`)."""
 from __future__ import annotations
 
 import ipaddress
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import sweep as sw
+from orchestrator import sweepchild, sweepfit, sweepstate
 from orchestrator import sweeprun as sr
 from orchestrator.errors import SpecError
 from orchestrator.spec import NAME_RE
@@ -149,9 +150,9 @@ def parallel(tmp_path, monkeypatch):
     log: list = []
     procs: dict[str, FakeProc] = {}
     plan = {"polls": {}, "outcome": {}}
-    monkeypatch.setattr(sr, "machine", lambda: (64, 64 * GiB))
+    monkeypatch.setattr(sweepfit, "machine", lambda: (64, 64 * GiB))
     monkeypatch.setattr(sr.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sr, "_warm_probe", lambda opts: None)
+    monkeypatch.setattr(sweepchild, "_warm_probe", lambda opts: None)
 
     def launch(job, job_file, log_file):
         job_file.write_text(json.dumps(job))
@@ -164,7 +165,7 @@ def parallel(tmp_path, monkeypatch):
         procs[pid] = FakeProc(job, plan["polls"].get(pid, 2), outcome, log)
         return procs[pid]
 
-    monkeypatch.setattr(sr, "launch_child", launch)
+    monkeypatch.setattr(sweepchild, "launch_child", launch)
 
     def run(k=2, **kw):
         return sr.run_sweep(f, sr.SweepOptions(out=tmp_path / "sw", parallel=k, **kw))
@@ -245,7 +246,7 @@ def test_parallel_ctrl_c_stops_every_child_and_resume_skips_finished_points(para
 
 def test_oversubscription_is_refused_before_anything_runs(parallel, monkeypatch, tmp_path):
     run, log, procs, plan, _ = parallel
-    monkeypatch.setattr(sr, "machine", lambda: (2, 8 * GiB))
+    monkeypatch.setattr(sweepfit, "machine", lambda: (2, 8 * GiB))
     with pytest.raises(SpecError, match=r"--parallel 8 would oversubscribe .* the largest K that fits is 6"):
         run(k=8)
     assert log == [] and not (tmp_path / "sw").exists()
@@ -263,7 +264,7 @@ def test_unfaithful_points_are_flagged_and_rerun_on_request(parallel, tmp_path):
     (rd / "tc" / "delayline.json").write_text(json.dumps({"hold_error": {"count": 100, "p99_s": 0.004}}))
     idx = json.loads((root / "sweep.json").read_text())
     entry = idx["points"]["subgroup-1_step-1s_r1"]
-    sr.judge(entry, rd, sr.SweepOptions())
+    sweepstate.judge(entry, rd, sr.SweepOptions())
     assert entry["unfaithful"] and "hold error p99 4.00 ms > 1 ms" in entry["fidelity"]["reasons"][0]
     (root / "sweep.json").write_text(json.dumps(idx))
     log.clear()
@@ -289,10 +290,10 @@ def test_child_main_runs_one_point_and_reports(tmp_path, monkeypatch):
     job = {"experiment": "e.yaml", "out": str(tmp_path), "result": str(tmp_path / "res.json"), "backend": "mininet",
            "shaper": "auto", "strict": False, "probe_links": 1, "probe_paths": 1}
     (tmp_path / "job.json").write_text(json.dumps(job))
-    assert sr.child_main(tmp_path / "job.json") == 0
+    assert sweepchild.child_main(tmp_path / "job.json") == 0
     assert json.loads((tmp_path / "res.json").read_text())["outcome"] == "returned"
     (tmp_path / "job.json").write_text(json.dumps({**job, "experiment": "interrupt.yaml"}))
-    assert sr.child_main(tmp_path / "job.json") == 130
+    assert sweepchild.child_main(tmp_path / "job.json") == 130
     assert json.loads((tmp_path / "res.json").read_text())["outcome"] == "interrupted"
 
 
@@ -304,14 +305,14 @@ def test_parallel_needs_a_local_backend(parallel):
 
 
 def test_the_fit_check_uses_the_delay_line_load_measured_by_earlier_points(monkeypatch):
-    monkeypatch.setattr(sr, "machine", lambda: (2, 8 * GiB))
+    monkeypatch.setattr(sweepfit, "machine", lambda: (2, 8 * GiB))
     doc = {"topology": {"nodes": 8}}
     pts = [sw.Point(f"p{i}", (), 0) for i in range(4)]
     prepared = {p.id: (doc, "d") for p in pts}
-    assert sr.check_fit(prepared, pts, 3, {}).ok                       # 3 x 0.26 cores
+    assert sweepfit.check_fit(prepared, pts, 3, {}).ok                       # 3 x 0.26 cores
     old = {"p0": {"fidelity": {"delayline_cores": 0.5, "delayline_pkts_per_s": 2000.0}}, "p1": {"fidelity": None}}
     with pytest.raises(SpecError, match=r"the largest K that fits is 2 .*delay line 0.50"):
-        sr.check_fit(prepared, pts, 3, old)                             # 3 x 0.76 cores > 1.6
+        sweepfit.check_fit(prepared, pts, 3, old)                             # 3 x 0.76 cores > 1.6
     # only a packet rate known: 20 000 packet-hops/s x 56 us = 1.12 cores per point
     with pytest.raises(SpecError, match=r"the largest K that fits is 1 "):
-        sr.check_fit(prepared, pts, 2, {"p0": {"fidelity": {"delayline_pkts_per_s": 20000.0}}})
+        sweepfit.check_fit(prepared, pts, 2, {"p0": {"fidelity": {"delayline_pkts_per_s": 20000.0}}})

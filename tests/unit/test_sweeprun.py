@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import sweep as sw
+from orchestrator import sweepstate, tunerun
 from orchestrator import sweeprun as sr
 from orchestrator.errors import OrchestratorError, SpecError
 
@@ -59,10 +60,10 @@ def test_sweep_spec_applies_overrides(exp_file):
 
 def test_tune_points_scale_the_duration():
     base = {"duration": "30s", "seed": 1, "protocol": {"gsgc": {"step": "1s"}}}
-    pts = sr.tune_points(base, sr.TuneOptions(steps_per_run=25, reps=2), 2.0)
+    pts = tunerun.tune_points(base, tunerun.TuneOptions(steps_per_run=25, reps=2), 2.0)
     assert [p.id for p in pts] == ["step-2s_r0", "step-2s_r1"]
     assert dict(pts[0].sets) == {"protocol.gsgc.step": "2s", "seed": 1, "duration": "50s"}
-    assert dict(sr.tune_points(base, sr.TuneOptions(steps_per_run=25), 0.5)[0].sets)["duration"] == "30s"
+    assert dict(tunerun.tune_points(base, tunerun.TuneOptions(steps_per_run=25), 0.5)[0].sets)["duration"] == "30s"
 
 
 class FakeRunner:
@@ -136,7 +137,7 @@ def test_tune_runs_the_search_on_measured_points(exp_file, tmp_path, monkeypatch
         x = float(entries[0]["coords"]["step"].rstrip("s"))
         return [30 + (x - 9) ** 2 / 4]
 
-    root, res = sr.run_tune(exp_file, sr.TuneOptions(out=tmp_path / "tn", a0=0, b0=20, g=2, e=0.1, p=1), measure)
+    root, res = tunerun.run_tune(exp_file, tunerun.TuneOptions(out=tmp_path / "tn", a0=0, b0=20, g=2, e=0.1, p=1), measure)
     assert 7 <= res.s <= 11 and res.s1 < res.s < res.s2
     saved = json.loads((root / "tune.json").read_text())
     assert saved["result"]["window"] == [res.s1, res.s2]
@@ -152,13 +153,13 @@ def test_tune_hands_each_step_intervals_repetitions_to_the_runner_at_once(exp_fi
         calls.append(([p.id for p in points], opts.parallel, opts.measure_first))
         return {"points": {p.id: {"id": p.id, "coords": dict(p.coords), "status": "completed"} for p in points}}
 
-    monkeypatch.setattr(sr, "run_points", fake_run_points)
+    monkeypatch.setattr(tunerun, "run_points", fake_run_points)
 
     def measure(root, entries):
         return [30 + (float(e["coords"]["step"].rstrip("s")) - 9) ** 2 / 4 for e in entries]
 
-    opts = sr.TuneOptions(out=tmp_path / "tn", a0=0, b0=20, g=2, e=0.1, p=1, reps=5, parallel=3, measure_first=True)
-    root, res = sr.run_tune(exp_file, opts, measure)
+    opts = tunerun.TuneOptions(out=tmp_path / "tn", a0=0, b0=20, g=2, e=0.1, p=1, reps=5, parallel=3, measure_first=True)
+    root, res = tunerun.run_tune(exp_file, opts, measure)
     assert len(calls) == len(res.evaluations) >= 5
     for ids, parallel, first in calls:
         assert len(ids) == 5 and len({i.rsplit("_r", 1)[0] for i in ids}) == 1     # 5 runs of one step interval
@@ -191,14 +192,14 @@ def _run_dir(tmp_path: Path, starts: dict[str, float | None], rounds: list[tuple
 
 
 def test_runs_whose_members_did_not_run_are_invalid(tmp_path):
-    assert sr.run_problem(_run_dir(tmp_path / "a", {"h0": 99.0, "h1": 104.0})) is None
-    assert "1 of 2 members never started" in sr.run_problem(_run_dir(tmp_path / "b", {"h0": 99.0, "h1": None}))
-    late = sr.run_problem(_run_dir(tmp_path / "c", {"h0": 99.0, "h1": 117.0}))
+    assert sweepstate.run_problem(_run_dir(tmp_path / "a", {"h0": 99.0, "h1": 104.0})) is None
+    assert "1 of 2 members never started" in sweepstate.run_problem(_run_dir(tmp_path / "b", {"h0": 99.0, "h1": None}))
+    late = sweepstate.run_problem(_run_dir(tmp_path / "c", {"h0": 99.0, "h1": 117.0}))
     assert "no round completed after every member was running (the last started 18.0 s after" in late
     # the members waited for the runner's common start and no round completed within the run: a measurement
     # (the TPR exceeds the run), not a problem; the same without a common start is
-    assert sr.run_problem(_run_dir(tmp_path / "d", {"h0": 99.0, "h1": 117.0}, rounds=(), common_start=True)) is None
-    assert "no round completed" in sr.run_problem(_run_dir(tmp_path / "e", {"h0": 99.0, "h1": 117.0}, rounds=()))
+    assert sweepstate.run_problem(_run_dir(tmp_path / "d", {"h0": 99.0, "h1": 117.0}, rounds=(), common_start=True)) is None
+    assert "no round completed" in sweepstate.run_problem(_run_dir(tmp_path / "e", {"h0": 99.0, "h1": 117.0}, rounds=()))
 
 
 def test_an_invalid_run_is_run_again(exp_file, tmp_path, monkeypatch):
@@ -219,18 +220,18 @@ def test_an_invalid_run_is_run_again(exp_file, tmp_path, monkeypatch):
 
 def test_tune_duration_replaces_the_experiments_before_steps_per_run():
     base = {"duration": "360s", "seed": 1, "protocol": {"gsgc": {"step": "9s"}}}
-    assert dict(sr.tune_points(base, sr.TuneOptions(duration=60), 2.0)[0].sets)["duration"] == "60s"
-    opts = sr.TuneOptions(duration=60, steps_per_run=8)
-    assert dict(sr.tune_points(base, opts, 5.0)[0].sets)["duration"] == "60s"
-    assert dict(sr.tune_points(base, opts, 12.5)[0].sets)["duration"] == "100s"
-    assert "duration" not in dict(sr.tune_points(base, sr.TuneOptions(), 2.0)[0].sets)
+    assert dict(tunerun.tune_points(base, tunerun.TuneOptions(duration=60), 2.0)[0].sets)["duration"] == "60s"
+    opts = tunerun.TuneOptions(duration=60, steps_per_run=8)
+    assert dict(tunerun.tune_points(base, opts, 5.0)[0].sets)["duration"] == "60s"
+    assert dict(tunerun.tune_points(base, opts, 12.5)[0].sets)["duration"] == "100s"
+    assert "duration" not in dict(tunerun.tune_points(base, tunerun.TuneOptions(), 2.0)[0].sets)
 
 
 def test_tune_fix_sets_a_path_in_every_run_and_refuses_the_tuned_one(tmp_path, exp_file):
     base = {"duration": "30s", "seed": 1, "protocol": {"gsgc": {"step": "1s"}}}
-    pts = sr.tune_points(base, sr.TuneOptions(reps=2, axes={"nodes.packing": [20]}), 3.0)
+    pts = tunerun.tune_points(base, tunerun.TuneOptions(reps=2, axes={"nodes.packing": [20]}), 3.0)
     assert [dict(p.sets) for p in pts] == [{"protocol.gsgc.step": "3s", "seed": s, "nodes.packing": 20}
                                            for s in (1, 2)]
     for axes in ({"protocol.gsgc.step": ["2s"]}, {"duration": ["60s"]}, {"nodes.packing": [10, 20]}):
         with pytest.raises(SpecError, match="--fix"):
-            sr.run_tune(exp_file, sr.TuneOptions(out=tmp_path / "tn", axes=axes), lambda root, entries: [])
+            tunerun.run_tune(exp_file, tunerun.TuneOptions(out=tmp_path / "tn", axes=axes), lambda root, entries: [])

@@ -26,7 +26,7 @@ from orchestrator.shaping.params import DirParams
 from orchestrator.shaping.probe import Capabilities
 from orchestrator.spec import parse_experiment
 from orchestrator.state import LabState
-from orchestrator.sweeprun import measured_cpu
+from orchestrator.sweepfit import measured_cpu
 from orchestrator.timebase import Measured, check_budgets, resolve_dilation
 
 LINKS = DirParams(rate_bps=30_000, delay_s=0.005, jitter_s=0.001, loss=0.01, queue_pkts=64)
