@@ -1,7 +1,8 @@
 """Captured frames → packet-table rows. Runs on the Spark executors, so it needs only the standard library and the
 node's `wire` module. This per-packet decoder is the definition of the packet table: the ingest builds the same table
-with numpy (`analysis.pcapvec`, tested against `packet_rows` row for row), and falls back on this module for what
-needs the stream state (TCP reassembly) or a codec's own error text.
+with numpy (`analysis.pcapvec`, tested against `packet_rows` row for row), and falls back on this decoder for what
+needs the stream state (TCP reassembly: `analysis.pcaptcp`) or a codec's own error text (one message's columns:
+`analysis.pcapmsg`).
 
 Reads classic pcap files (either byte order, micro- or nanosecond stamps) with link types Ethernet, Linux cooked
 v1 and v2 (tcpdump `-i any`) and raw IP. A file that ends inside a record, or whose record header is
@@ -36,7 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gossipnode import wire
+from analysis.pcapmsg import ENV, _NO_HEADER, _message
+from analysis.pcaptcp import TCP_NO_PAYLOAD, _Direction
 from gossipnode.vclock import VirtualClock
 
 NODE_PORT = 7000
@@ -62,19 +64,6 @@ _IPV4 = struct.Struct("!BxHxxHxB2x4s4s")  # version/ihl, total length, flags/fra
 _UDP = struct.Struct("!HHH")
 _TCP = struct.Struct("!HHIIBB")  # ports, seq, ack, data offset, flags
 _SYN = 0x02
-_FIELD_SIZE = {"u8": 1, "u16": 2, "u32": 4}
-ENV = wire.ENVELOPE_SIZE
-_ENVELOPE = wire.ENVELOPE
-
-# reasons of TCP rows that are not messages
-TCP_NO_PAYLOAD = "TCP segment without payload (handshake, ACK or FIN)"
-TCP_PARTIAL = "TCP segment completes no message (part of a message that ends later)"
-TCP_RETRANSMISSION = "TCP retransmission (bytes already seen)"
-TCP_AHEAD = "TCP segment after a gap in the stream (held until the gap is filled)"
-TCP_NO_SYN = "TCP stream whose start (SYN) was not captured: message boundaries unknown"
-TCP_ENVELOPE_CUT = ("TCP message envelope not captured (snaplen): the rest of this direction cannot be "
-                    "delimited")
-TCP_LOST = "TCP stream not delimitable after an earlier problem"
 
 
 class PcapError(ValueError):
@@ -218,169 +207,6 @@ def scan(cap: CaptureFile) -> tuple:
     return s.row()
 
 
-def header_size(codec: wire.Codec) -> int:
-    """Bytes of a codec's own header after the envelope (what `header_columns` reads)."""
-    return sum(_FIELD_SIZE[f.kind] * (f.count if isinstance(f.count, int) else 1) for f in codec.header)
-
-
-_HEADER_SIZES: dict[int, int] = {}
-
-
-def _header_size_of(protocol: int) -> int:
-    size = _HEADER_SIZES.get(protocol)
-    if size is None:
-        size = _HEADER_SIZES[protocol] = header_size(wire.CODECS[protocol])
-    return size
-
-
-_CODEC_INFO: dict[int, tuple[wire.Codec, dict[int, str], int]] = {}   # protocol id -> (codec, type names, header)
-
-
-def _codec_info(protocol: int) -> tuple[wire.Codec, dict[int, str], int] | None:
-    info = _CODEC_INFO.get(protocol)
-    if info is None:
-        codec = wire.CODECS.get(protocol)
-        if codec is None:
-            return None
-        info = _CODEC_INFO[protocol] = (codec, {int(t): t.name for t in codec.types}, _header_size_of(protocol))
-    return info
-
-
-def _message(buf: bytes, size: int, captured: int) -> tuple:
-    """(decoded, error, *HEADER_FIELDS) of one message of `size` bytes of which the first `captured` are in `buf`
-    (the rest were cut by the snaplen). `captured` >= the envelope."""
-    # The common case in one pass: a valid envelope of a registered protocol whose length is the message's.
-    magic, version, protocol, mtype, sender, length = _ENVELOPE.unpack_from(buf)
-    info = _codec_info(protocol) if magic == wire.MAGIC and version == wire.VERSION and length == size - ENV \
-        else None
-    name = info[1].get(mtype) if info is not None else None
-    if name is not None:
-        codec, _, hsize = info
-        if captured < ENV + hsize:
-            return (False, "protocol header not captured (snaplen)") + _NO_HEADER
-        try:
-            cols = codec.header_columns(mtype, memoryview(buf)[ENV:captured])
-            if captured == size:
-                wire.decode(buf)
-        except wire.DecodeError as exc:
-            return (False, str(exc)) + _NO_HEADER
-        return (True, None, wire.VERSION, protocol, codec.name, mtype, name, sender, cols.get("seq"),
-                cols.get("round"), length)
-    # Anything else: the wire's own checks name the problem.
-    try:
-        if captured < size:
-            env = wire.parse_envelope(buf[:ENV], exact=False)
-            if captured < ENV + _header_size_of(env.protocol):
-                return (False, "protocol header not captured (snaplen)") + _NO_HEADER
-            h = wire.header_fields(bytes(buf[:captured]) + bytes(size - captured))
-        else:
-            h = wire.header_fields(buf)
-            wire.decode(buf)
-    except wire.DecodeError as exc:
-        return (False, str(exc)) + _NO_HEADER
-    return (True, None, h["version"], h["protocol"], h["protocol_name"], h["type"], h["type_name"], h["sender"],
-            h["seq"], h["round"], h["length"])
-
-
-class _Direction:
-    """One direction of a TCP connection being reassembled. Stream offsets count from the byte after the SYN."""
-
-    __slots__ = ("base", "next", "buf", "unknown", "ahead", "lost")
-
-    def __init__(self, base: int | None) -> None:
-        self.base = base                 # sequence number of stream offset 0 (SYN + 1); None: SYN not seen
-        self.next = 0                    # stream offset of the first byte not yet received in order
-        self.buf = bytearray()           # received bytes not yet cut into messages (starts at a boundary)
-        self.unknown: list[list[int]] = []   # [a, b) ranges of buf the capture did not hold (zeros in buf)
-        self.ahead: dict[int, tuple[bytes, int]] = {}   # offset -> (captured bytes, segment length)
-        self.lost: str | None = None if base is not None else TCP_NO_SYN
-
-    def _append(self, off: int, captured: bytes, seglen: int) -> None:
-        """Add the part of a segment at `off` that lies beyond `next` (off <= next)."""
-        skip = self.next - off
-        new = seglen - skip
-        if new <= 0:
-            return
-        have = captured[skip:] if skip < len(captured) else b""
-        start = len(self.buf)
-        self.buf += have
-        if len(have) < new:
-            self.buf += bytes(new - len(have))
-            a = start + len(have)
-            if self.unknown and self.unknown[-1][1] == a:
-                self.unknown[-1][1] = start + new
-            else:
-                self.unknown.append([a, start + new])
-        self.next += new
-
-    def segment(self, seq: int, captured: bytes, seglen: int) -> tuple[list[tuple], str | None]:
-        """Feed a segment's payload; returns (message column tuples completed, reason when there are none)."""
-        if self.lost is not None:
-            why = self.lost
-            if why != TCP_NO_SYN:
-                self.lost = TCP_LOST
-            return [], why
-        off = (seq - self.base) & 0xFFFFFFFF
-        if off >= 1 << 31 or off + seglen <= self.next:
-            return [], TCP_RETRANSMISSION
-        if off > self.next:
-            prev = self.ahead.get(off)
-            if prev is None or prev[1] < seglen:
-                self.ahead[off] = (captured, seglen)
-            return [], TCP_AHEAD
-        self._append(off, captured, seglen)
-        while self.ahead:
-            ready = [o for o in self.ahead if o <= self.next]
-            if not ready:
-                break
-            for o in sorted(ready):
-                cap, n = self.ahead.pop(o)
-                if o <= self.next:
-                    self._append(o, cap, n)
-        return self._messages()
-
-    def _known(self, a: int, b: int) -> int:
-        """How many bytes from `a` on are captured, up to `b`."""
-        for ua, ub in self.unknown:
-            if ub > a and ua < b:
-                return max(ua, a) - a
-        return b - a
-
-    def _messages(self) -> tuple[list[tuple], str | None]:
-        out: list[tuple] = []
-        buf = self.buf
-        pos = 0
-        error = None
-        while len(buf) - pos >= ENV:
-            if self._known(pos, pos + ENV) < ENV:
-                error = self.lost = TCP_ENVELOPE_CUT
-                break
-            try:
-                env = wire.parse_envelope(bytes(buf[pos:pos + ENV]), exact=False)
-            except wire.DecodeError as exc:
-                error = self.lost = f"TCP stream: {exc} (the rest of this direction cannot be delimited)"
-                break
-            size = ENV + env.length
-            if len(buf) - pos < size:
-                break
-            known = self._known(pos, pos + size)
-            out.append((known < size,) + _message(bytes(buf[pos:pos + size]), size, known))
-            pos += size
-        if error is not None:
-            self.lost = TCP_LOST
-            self.buf = bytearray()
-            self.unknown = []
-            self.ahead.clear()
-        elif pos:
-            del buf[:pos]
-            self.unknown = [[a - pos, b - pos] for a, b in self.unknown if b > pos]
-            if self.unknown and self.unknown[0][0] < 0:
-                self.unknown[0][0] = 0
-        if error is not None:
-            out.append((None, False, error) + _NO_HEADER)
-        return out, None if out else TCP_PARTIAL
-
-
 class FrameDecoder:
     """Dissects one capture's frames into the network and protocol columns of the packet table. Stateful: TCP
     connections are reassembled across the frames of the file, which must be fed in order."""
@@ -501,8 +327,6 @@ class FrameDecoder:
         return [net + (sport, dport, "tcp", seglen, truncated if cut is None else cut, i) + tuple(rest)
                 for i, (cut, *rest) in enumerate(msgs)]
 
-
-_NO_HEADER = (None,) * (len(wire.HEADER_FIELDS) + 1)   # + protocol_name
 
 
 def _not_ipv4(ethertype: int) -> str | None:

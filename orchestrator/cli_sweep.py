@@ -210,7 +210,7 @@ def tune(
     interval s, then the window [s1, s2] where TPR stays within e of f(s); f(x) = mean TPR of measured runs."""
     from orchestrator.tunerun import TuneOptions, run_tune
 
-    from analysis.protocols.gsgc import TUNE_METRICS
+    from analysis.protocols.gsgc_values import TUNE_METRICS
 
     if reps < 1:
         raise SpecError("--reps must be at least 1")
@@ -235,7 +235,7 @@ def tune(
     def measure(root: Path, entries: list[dict]) -> list[float | None]:
         """Each run's TPR: its GSGC run values (analysis.sweep: the plug-in's `run_values`; engine spark also
         writes the per-run reports), `tune_value` of the metric."""
-        from analysis.protocols.gsgc import tune_value
+        from analysis.protocols.gsgc_values import tune_value
         from analysis.sweep import run_values_of
 
         if engine == "spark" and "spark" not in spark_holder:

@@ -1,4 +1,4 @@
-"""GSGC's run_values (analysis/protocols/gsgc.py, issue #38), pure, against numbers worked out by hand: the
+"""GSGC's run_values (analysis/protocols/gsgc_values.py, issue #38), pure, against numbers worked out by hand: the
 synthetic run of tests/analysis/synthetic.py (the same events test_metrics.py checks the Spark transforms on, so
 the two paths share their expected values), small run directories written here for the start, the steady rounds,
 time to stable and failure detection, the Spark summary's remaining keys, the sweep engines, and sweep's validity
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis import sweep as sa
-from analysis.protocols import gsgc
+from analysis.protocols import gsgc, gsgc_values
 from analysis.rundir import load
 from tests.analysis import synthetic as syn
 
@@ -30,7 +30,7 @@ def test_rounds_of_the_synthetic_run(tmp_path):
     # constructed completion h0 at 1005.0 with 3 steps (h3's earlier completion was not a construction); h0, h1,
     # h3 completed it (tpr_s 2.75, 3.5, 2.25; steps 3, 3, 2). Round 2: started 1004.75 by h3, never completed.
     run = load(syn.make_run(tmp_path))
-    rows = gsgc.event_rounds(run.events, {m.name: m.local_group for m in run.members})
+    rows = gsgc_values.event_rounds(run.events, {m.name: m.local_group for m in run.members})
     got = [(r["level"], r["group"], r["round"], r["started_ts"], r["constructed_by"], r["tpr_s"], r["steps"],
             r["members_completed"], r["member_tpr_mean_s"], r["steps_mean"]) for r in rows]
     assert got == [("global", None, 0, 1000.0, "h1", 2.0, 2, 4, 1.9375, 2.25),
@@ -68,14 +68,14 @@ def test_the_key_numbers_of_the_synthetic_run(values):
 
 def test_the_per_message_and_per_crash_rows(tmp_path):
     run = load(syn.make_run(tmp_path))
-    life = gsgc.lives(run)
+    life = gsgc_values.lives(run)
     assert life["h2"] == {"started_ts": 1000.25, "crashed_ts": 1004.0} and life["h3"]["started_ts"] == 1001.25
     got = [(r["origin"], r["seq"], r["sent_ts"], r["members"], r["members_reached"], r["stable_ts"])
-           for r in gsgc.stable_messages(run, life)]
+           for r in gsgc_values.stable_messages(run, life)]
     # S[0] is h3's, S[1] h1's: h3's message first
     assert got == [("h3", 1, 1001.5, 4, 4, 1005.5), ("h1", 1, 1001.0, 3, 3, 1002.5), ("h1", 2, 1003.0, 4, 4, 1005.5),
                    ("h1", 3, 1006.0, 3, 0, None)]
-    fd = [(r["observer"], r["declared_ts"], r["latency_s"]) for r in gsgc.detections(run, life)]
+    fd = [(r["observer"], r["declared_ts"], r["latency_s"]) for r in gsgc_values.detections(run, life)]
     assert fd == [("h0", 1006.0, 2.0), ("h1", 1006.5, 2.5), ("h3", None, None)]
 
 
@@ -178,4 +178,4 @@ def test_sweeps_validity_check_asks_run_values(tmp_path):
     assert run_problem(_problem_run(tmp_path / "d", {"h0": 99.0, "h1": 117.0}, rounds=(), wait=True)) is None
     assert "no round completed" in run_problem(_problem_run(tmp_path / "e", {"h0": 99.0, "h1": 117.0}, rounds=()))
     assert run_problem(tmp_path / "nothing").startswith("unreadable run directory")
-    assert math.isclose(gsgc.tune_value({"tpr_values_s": [1.0, 2.0]}, "rounds"), 1.5)
+    assert math.isclose(gsgc_values.tune_value({"tpr_values_s": [1.0, 2.0]}, "rounds"), 1.5)

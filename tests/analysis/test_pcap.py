@@ -159,6 +159,7 @@ def test_big_endian_nanosecond_pcap(tmp_path):
 # --- the `direct` protocol's transports (tests/analysis/synthetic.py, "runs of the direct protocol") -------------
 
 from analysis import pcap as P  # noqa: E402
+from analysis import pcaptcp as T  # noqa: E402
 
 
 def direct_rows(tmp_path, transport: str, node: str, snaplen: int = 65535, drop=None) -> list[dict]:
@@ -204,8 +205,8 @@ def test_tcp_messages_at_the_frame_that_completes_them(tmp_path):
     gap_fill = [r for r in rows if r["decoded"] and r["seq"] in (2, 3) and r["sender"] == 0]
     assert gap_fill[0]["frame"] == gap_fill[1]["frame"] and gap_fill[0]["ts"] == pytest.approx(1001.02)
     reasons = sorted(r["error"] for r in rows if not r["decoded"] and r["transport"] == "tcp"
-                     and r["error"] != P.TCP_NO_PAYLOAD)
-    assert reasons == [P.TCP_AHEAD, P.TCP_PARTIAL, P.TCP_PARTIAL]
+                     and r["error"] != T.TCP_NO_PAYLOAD)
+    assert reasons == [T.TCP_AHEAD, T.TCP_PARTIAL, T.TCP_PARTIAL]
     assert {r["transport"] for r in rows if r["decoded"]} == {"tcp"} and all(r["length"] == 41 for r in rows
                                                                              if r["decoded"])
 
@@ -216,8 +217,8 @@ def test_tcp_coalesced_split_and_retransmitted(tmp_path):
     rows = direct_rows(tmp_path, "tcp", "h1")
     fwd = [r for r in rows if r["src_port"] == 50001 and r["payload_len"]]
     assert [(r["payload_len"], r["msg_index"], r["decoded"], r["seq"], r["error"]) for r in fwd] == [
-        (100, 0, True, 1, None), (100, 1, True, 2, None), (5, 0, False, None, P.TCP_PARTIAL),
-        (45, 0, True, 3, None), (45, 0, False, None, P.TCP_RETRANSMISSION)]
+        (100, 0, True, 1, None), (100, 1, True, 2, None), (5, 0, False, None, T.TCP_PARTIAL),
+        (45, 0, True, 3, None), (45, 0, False, None, T.TCP_RETRANSMISSION)]
     back = [r for r in rows if r["dst_port"] == 50001 and r["decoded"]]
     assert [(r["direction"], r["msg_index"], r["sender"], r["seq"]) for r in back] == [("out", 0, 1, 1),
                                                                                       ("out", 1, 1, 2)]
@@ -230,14 +231,14 @@ def test_tcp_snaplen_never_guesses_a_boundary(tmp_path):
     fwd = [(r["msg_index"], r["decoded"], r["seq"], r["payload_truncated"], r["error"]) for r in rows
            if r["src_port"] == 50001 and r["payload_len"]]
     assert fwd == [(0, True, 1, False, None), (1, False, None, True, "protocol header not captured (snaplen)"),
-                   (0, False, None, False, P.TCP_PARTIAL), (0, True, 3, False, None),
-                   (0, False, None, False, P.TCP_RETRANSMISSION)]
+                   (0, False, None, False, T.TCP_PARTIAL), (0, True, 3, False, None),
+                   (0, False, None, False, T.TCP_RETRANSMISSION)]
     rows = direct_rows(tmp_path, "tcp", "h1", snaplen=100)
     fwd = [(r["msg_index"], r["decoded"], r["seq"], r["payload_truncated"], r["error"]) for r in rows
            if r["src_port"] == 50001 and r["payload_len"]]
-    assert fwd == [(0, True, 1, True, None), (1, False, None, True, P.TCP_ENVELOPE_CUT),
-                   (0, False, None, False, P.TCP_LOST), (0, False, None, True, P.TCP_LOST),
-                   (0, False, None, True, P.TCP_LOST)]          # 45-byte segments, 40 captured
+    assert fwd == [(0, True, 1, True, None), (1, False, None, True, T.TCP_ENVELOPE_CUT),
+                   (0, False, None, False, T.TCP_LOST), (0, False, None, True, T.TCP_LOST),
+                   (0, False, None, True, T.TCP_LOST)]          # 45-byte segments, 40 captured
 
 
 def test_tcp_without_its_syn_is_not_delimited(tmp_path):
@@ -249,5 +250,5 @@ def test_tcp_without_its_syn_is_not_delimited(tmp_path):
 
     rows = direct_rows(tmp_path, "tcp", "h2", drop=syn_frame)
     data = [r for r in rows if r["transport"] == "tcp" and r["payload_len"]]
-    assert len(data) == 5 and {r["error"] for r in data} == {P.TCP_NO_SYN}
+    assert len(data) == 5 and {r["error"] for r in data} == {T.TCP_NO_SYN}
     assert not any(r["decoded"] for r in rows)

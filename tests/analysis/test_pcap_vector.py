@@ -22,6 +22,9 @@ import pyarrow as pa
 import pytest
 
 from analysis import pcap as P
+from analysis import pcapframes as F
+from analysis import pcapmsg as M
+from analysis import pcaptcp
 from analysis import pcapvec as V
 from analysis.ingest import to_batches
 from analysis.schemas import PACKET_COLUMNS
@@ -102,7 +105,7 @@ def test_tcp_without_its_syn(tmp_path):
 
     recs = sorted((r for r in syn._direct_frames("tcp")["h2"] if not_syn(r[1])), key=lambda r: r[0])
     rows = same(cap(syn.write_pcap(tmp_path / "h2.pcap", 276, recs), "h2"))
-    assert P.TCP_NO_SYN in {r["error"] for r in rows}
+    assert pcaptcp.TCP_NO_SYN in {r["error"] for r in rows}
 
 
 def _ip(src: str, dst: str, proto: int, payload: bytes, ihl: int = 5, frag: int = 0, version: int = 4) -> bytes:
@@ -187,9 +190,9 @@ def test_link_layers_and_every_network_branch(tmp_path):
     reasons = {r["error"] for r in same(cap(tmp_path / "276-65535.pcap"))}
     assert reasons >= {"bad IPv4 header length", "IP fragment", "not UDP (IGMP)", "not UDP (ICMPv6)",
                        "not UDP (IP protocol 47)", "UDP header not captured", "payload shorter than the header",
-                       "TCP header not captured", "TCP not to or from port 7000", P.TCP_NO_PAYLOAD,
+                       "TCP header not captured", "TCP not to or from port 7000", pcaptcp.TCP_NO_PAYLOAD,
                        "multicast UDP not to a group port (7001)", "truncated Linux cooked v2 header",
-                       "truncated IPv4 header", "not IPv4 (ethertype 0x86dd)", P.TCP_NO_SYN}
+                       "truncated IPv4 header", "not IPv4 (ethertype 0x86dd)", pcaptcp.TCP_NO_SYN}
 
 
 @pytest.mark.parametrize("content", [
@@ -372,14 +375,14 @@ def _message_file(tmp_path, name: str, msgs: list[bytes], snaplen: int):
 def _fallbacks(c: P.CaptureFile, monkeypatch) -> list[tuple]:
     """What the vectorised decode of `c` asked the reference's `_message` (for the messages no spec vouched for)."""
     got = []
-    reference = P._message
+    reference = M._message
 
     def spy(*a):
         got.append(reference(*a))
         return got[-1]
 
     with monkeypatch.context() as m:
-        m.setattr(P, "_message", spy)
+        m.setattr(M, "_message", spy)
         for _ in V.packet_batches(c, "r", syn.T0, NAMES):
             pass
     return got
@@ -415,9 +418,9 @@ def test_every_codec_whole_and_cut_at_every_header_column(tmp_path, monkeypatch)
 def test_each_protocol_has_a_vectorised_spec():
     """The registry's protocols are all decoded by array expressions (a protocol without a spec would be decoded
     message by message by the reference: right, but slow)."""
-    reg = V._Registry(V._Table(), V._Table())
+    reg = F._Registry(F._Table(), F._Table())
     assert set(reg.specs) == set(wire.CODECS)
-    assert V._DECODE_COLUMNS == PACKET_COLUMNS[9:]
+    assert F._DECODE_COLUMNS == PACKET_COLUMNS[9:]
 
 
 # --- (b) a run-like capture set (benchmarks/bench_analysis.py's generator) ----------------------------------------

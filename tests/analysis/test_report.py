@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis.doc import Bullets, Doc, Figure, Heading, Para, Table, fmt, to_html, to_markdown
-from analysis.protocols.gsgc import pooled
+from analysis.protocols.gsgc_values import pooled
 from analysis.report import comparison_report
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from analysis import sweep as sa
-from analysis.protocols import gsgc
+from analysis.protocols import gsgc, gsgc_values
 
 
 def test_mean_ci_uses_student_t():
@@ -46,9 +46,9 @@ def test_mean_ci_of_many_repetitions_uses_t_not_196():
 def test_queue_stats_pool_every_direction():
     dl = {"queues": {"a/down": {"max_queue": 3, "queue_sum": 10, "queued": 10, "overflowed": 1},
                      "a/up": {"max_queue": 7, "queue_sum": 30, "queued": 10, "overflowed": 2}}}
-    assert gsgc.queue_stats(dl) == {"avg_queue": 2.0, "max_queue": 7, "overflowed": 3}
+    assert gsgc_values.queue_stats(dl) == {"avg_queue": 2.0, "max_queue": 7, "overflowed": 3}
     old = {"queues": {"a/down": {"max_queue": 3}}}          # a delay line without queue_sum
-    assert gsgc.queue_stats(old)["avg_queue"] is None and gsgc.queue_stats(None)["max_queue"] is None
+    assert gsgc_values.queue_stats(old)["avg_queue"] is None and gsgc_values.queue_stats(None)["max_queue"] is None
 
 
 def ev(ts, node, event, **kw):
@@ -63,7 +63,7 @@ def test_event_rounds_follow_the_metrics_definition():
               ev(5.0, "a", "round_completed", level="global", round=0, via="constructed", steps=4),
               ev(4.0, "b", "round_started", level="global", round=1),
               ev(9.0, "b", "round_completed", level="global", round=1, via="gossip", steps=9)]
-    rows = gsgc.event_rounds(events, {})
+    rows = gsgc_values.event_rounds(events, {})
     assert [(r["round"], r["tpr_s"], r["steps"], r["constructed_by"]) for r in rows] == [
         (0, 4.0, 3, "b"), (1, None, None, None)]
 
@@ -214,9 +214,9 @@ def test_the_fidelity_probe_burst_is_taken_out_of_the_queue_statistics():
     dl = {"queues": {"a/down": {"max_queue": 30, "queue_sum": 435 + 10, "queued": 30 + 10, "overflowed": 0},
                      "b/up": {"max_queue": 4, "queue_sum": 10, "queued": 10, "overflowed": 0}}}
     probe = {"link": "a", "direction": "down", "count": 30}
-    assert gsgc.queue_stats(dl, probe) == {"avg_queue": 1.0, "max_queue": 4, "overflowed": 0}
+    assert gsgc_values.queue_stats(dl, probe) == {"avg_queue": 1.0, "max_queue": 4, "overflowed": 0}
     dl["queues"]["a/down"]["max_queue"] = 50        # the protocol's own queue went beyond the burst
-    assert gsgc.queue_stats(dl, probe)["max_queue"] == 50
+    assert gsgc_values.queue_stats(dl, probe)["max_queue"] == 50
 
 
 def test_round_0_is_the_papers_tpr_when_every_member_ran_at_the_start(tmp_path):
@@ -231,12 +231,12 @@ def test_round_0_is_the_papers_tpr_when_every_member_ran_at_the_start(tmp_path):
 
 def test_tune_value_picks_the_metric():
     s = {"tpr_values_s": [20.0, 10.0], "steps_values": [4, 2], "tpr_first_round_s": 20.0}
-    assert gsgc.tune_value(s, "rounds") == 15.0
-    assert gsgc.tune_value(s, "round0") == 20.0
-    assert gsgc.tune_value({**s, "tpr_first_round_s": None}, "round0") is None
-    assert gsgc.tune_value({}, "rounds") is None
+    assert gsgc_values.tune_value(s, "rounds") == 15.0
+    assert gsgc_values.tune_value(s, "round0") == 20.0
+    assert gsgc_values.tune_value({**s, "tpr_first_round_s": None}, "round0") is None
+    assert gsgc_values.tune_value({}, "rounds") is None
     with pytest.raises(ValueError, match="metric 'x'"):
-        gsgc.tune_value(s, "x")
+        gsgc_values.tune_value(s, "x")
 
 
 def test_a_sweep_of_another_protocol_takes_its_plug_ins_values(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.protocols import gsgc
+from analysis.protocols import gsgc, gsgc_values
 from analysis.rundir import load
 
 from .helpers import cli, lab_namespaces, unique_lab
@@ -90,7 +90,7 @@ def test_the_spark_path_equals_run_values(spark, tmp_path):
 
     # per round, and the global rounds' summary
     pure = {(r["level"], r["group"], r["round"]): r
-            for r in gsgc.event_rounds(fresh.events, {m.name: m.local_group for m in fresh.members})}
+            for r in gsgc_values.event_rounds(fresh.events, {m.name: m.local_group for m in fresh.members})}
     spark_rounds = {(r["level"], r["group"], r["round"]): r for r in d["tpr"]}
     assert differences(spark_rounds, pure, ("started_ts", "constructed_ts", "constructed_by", "tpr_s", "steps",
                                             "members_completed", "member_tpr_mean_s", "steps_mean")) == {}
@@ -100,8 +100,8 @@ def test_the_spark_path_equals_run_values(spark, tmp_path):
         ("tpr_rounds", "tpr_mean_s", "tpr_std_s", "steps_mean", "steps_std", "member_tpr_mean_s")) == {}
 
     # time to stable, per message and summarised
-    life = gsgc.lives(fresh)
-    pure = {(r["origin"], r["seq"], r["sent_ts"]): r for r in gsgc.stable_messages(fresh, life)}
+    life = gsgc_values.lives(fresh)
+    pure = {(r["origin"], r["seq"], r["sent_ts"]): r for r in gsgc_values.stable_messages(fresh, life)}
     spark_tts = {(r["origin"], r["seq"], r["sent_ts"]): r for r in d["tts"]}
     assert differences(spark_tts, pure, ("members", "members_reached", "stable_ts", "time_to_stable_s")) == {}
     t = d["tts_summary"]
@@ -111,7 +111,7 @@ def test_the_spark_path_equals_run_values(spark, tmp_path):
                                 "tts_max_s")) == {}
 
     # failure detection and false declarations
-    pure = {(r["member"], r["crash_ts"], r["observer"]): r for r in gsgc.detections(fresh, life)}
+    pure = {(r["member"], r["crash_ts"], r["observer"]): r for r in gsgc_values.detections(fresh, life)}
     spark_fd = {(r["member"], r["crash_ts"], r["observer"]): r for r in d["fd"]}
     assert differences(spark_fd, pure, ("declared_ts", "latency_s")) == {}
     lat = [r["latency_s"] for r in d["fd"] if r["latency_s"] is not None]
