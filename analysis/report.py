@@ -61,8 +61,8 @@ def budget_row(b: dict | None, j: dict | None) -> str:
     if j.get("budget_bound") is not None:
         out += (f"; {j['budget_bound']} ran at their budget (throttled in most periods, max "
                 f"{fmt(j.get('throttled_share_max'))})")
-    if j.get("cpu_deficit_max") is not None:
-        out += f"; largest deficit {j['cpu_deficit_max']:.1%} ({j.get('cpu_deficit_unit')})"
+    if j.get("cpu_wait_ms") is not None:
+        out += f"; longest mean wait for a CPU {fmt(j['cpu_wait_ms'])} ms virtual ({j.get('cpu_wait_unit')})"
     return out
 
 

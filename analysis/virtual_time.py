@@ -165,7 +165,7 @@ def load_runs(sets: list[tuple[str, Path]], load_log: Path | None = None) -> lis
                    "dilation": (m.get("time") or {}).get("dilation", 1.0),
                    "cpu": (m.get("cpu_budget") or {}).get("cpu"), "load_mean": lmean, "load_max": lmax,
                    "verdict": j.get("verdict"), "reasons": "; ".join(j.get("reasons") or []),
-                   "cpu_deficit_max": j.get("cpu_deficit_max"), "budget_bound": j.get("budget_bound"),
+                   "cpu_wait_ms": j.get("cpu_wait_ms"), "budget_bound": j.get("budget_bound"),
                    "wall_s": (m.get("ended_at") or 0) - (m.get("started_at") or 0)}
             if m.get("status") == "completed":
                 row.update(_throughput(rd, kind))

@@ -143,16 +143,16 @@ def _ms(v) -> str:
 
 def points_table(data: dict) -> Table:
     """The selected points: status and fidelity judges (hold error and timer lag p99, verdict)."""
-    table = Table(Column("point", no_wrap=True), "status", "N", "hold p99 (ms)", "lag p99 (ms)", "CPU deficit",
+    table = Table(Column("point", no_wrap=True), "status", "N", "hold p99 (ms)", "lag p99 (ms)", "CPU wait (ms)",
                   "fidelity", title="sweep points")
     for pid in data.get("selected") or []:
         e = data["points"].get(pid, {})
         j = e.get("fidelity") or {}
         verdict = j.get("verdict") or "-"
-        deficit = j.get("cpu_deficit_max")
+        wait = j.get("cpu_wait_ms")
         table.add_row(pid, e.get("status") or "-", f"{j['dilation']:g}" if j.get("dilation") else "-",
                       _ms(j.get("hold_p99_ms")), _ms(j.get("lag_p99_ms")),
-                      "-" if deficit is None else f"{deficit:.1%}",
+                      _ms(wait),
                       f"[red]{verdict}[/]" if verdict == "unfaithful" else verdict)
     return table
 

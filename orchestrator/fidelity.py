@@ -299,7 +299,7 @@ def probe(plan: NetworkPlan, shaper: str, popen, links: int = 4, paths: int = 2,
 
 MAX_HOLD_P99_MS = 1.0        # the delay line released packets late by more than this (p99): it fell behind
 MAX_LAG_P99_MS = 50.0        # members started late / the schedule's actions applied late by more than this (p99)
-MAX_CPU_DEFICIT = 0.05       # a member got this share of its CPU budget less than it wanted (the machine's fault)
+MAX_CPU_WAIT_MS = 1.0        # a member waited this long for a CPU (virtual ms, mean per time it ran) beyond its budget
 BUDGET_BOUND_SHARE = 0.5     # a member throttled in more than this share of its periods ran at its budget
 
 
@@ -363,7 +363,7 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     d = Path(run_dir)
     out: dict = {"hold_p99_ms": None, "start_lag_p99_ms": None, "schedule_lag_p99_ms": None, "lag_p99_ms": None,
                  "thresholds": {"hold_p99_ms": max_hold_p99_ms, "lag_p99_ms": max_lag_p99_ms,
-                                "cpu_deficit": MAX_CPU_DEFICIT}}
+                                "cpu_wait_ms": MAX_CPU_WAIT_MS}}
     manifest = _read_json(d / "manifest.json") or {}
     n = dilation_of(manifest)
     out["dilation"] = n
@@ -406,11 +406,12 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
         reasons.append(f"delay line hold error p99 {out['hold_p99_ms']:.2f} ms > {max_hold_p99_ms:g} ms")
     if out["lag_p99_ms"] is not None and out["lag_p99_ms"] > max_lag_p99_ms:
         reasons.append(f"timer lag p99 {out['lag_p99_ms']:.1f} ms > {max_lag_p99_ms:g} ms")
-    if out["cpu_deficit_max"] is not None and out["cpu_deficit_max"] > MAX_CPU_DEFICIT:
-        reasons.append(f"member {out['cpu_deficit_unit']} got {out['cpu_deficit_max']:.0%} of its CPU budget less "
-                       f"than it wanted (the machine was busy) > {MAX_CPU_DEFICIT:.0%}")
+    if out["cpu_wait_ms"] is not None and out["cpu_wait_ms"] > MAX_CPU_WAIT_MS:
+        reasons.append(f"member {out['cpu_wait_unit']} waited {out['cpu_wait_ms']:.2f} ms (virtual, mean) for a CPU "
+                       f"each time it ran, beyond its budget's throttling (the machine was busy) > "
+                       f"{MAX_CPU_WAIT_MS:g} ms")
     out["reasons"] = reasons
-    judged = any(out[k] is not None for k in ("hold_p99_ms", "lag_p99_ms", "cpu_deficit_max"))
+    judged = any(out[k] is not None for k in ("hold_p99_ms", "lag_p99_ms", "cpu_wait_ms"))
     out["verdict"] = "unfaithful" if reasons else "faithful" if judged else "unjudged"
     cpu, up, pkts = dl.get("cpu_s"), dl.get("uptime_s"), dl.get("packets")
     timed = isinstance(up, (int, float)) and up > 0
@@ -434,33 +435,31 @@ def cpu_judges(budget: dict | None) -> dict:
     """The CPU budget judges from the manifest's `cpu_budget` (the driver's cgroup and scheduler readings over the
     run, from the common start to the stop, per member process). Pure.
 
-    - `cpu_deficit_max` (and the unit): the largest share of a member's budget it did not get although it wanted
-      it: min(time runnable but waiting beyond its throttling, budget x wall - used) / (budget x wall). The
-      machine was too busy for the budgets: a fidelity judge (MAX_CPU_DEFICIT).
+    - `cpu_wait_ms` (and the unit): the largest mean time a member process waited for a CPU each time it ran,
+      beyond its budget's throttling, in virtual ms: (time runnable but waiting − time throttled) / times it ran /
+      the dilation. It is what the machine's contention added to every wakeup of the member (a packet, a timer): a
+      fidelity judge (MAX_CPU_WAIT_MS). Members woken together (a multicast reaches all at once) queue for the
+      machine's cores; the dilation divides that wait.
     - `budget_bound`: members throttled in more than BUDGET_BOUND_SHARE of their periods: they ran at their
       budget, so the result is the emulated CPU's (not a fault: the point of a budget), `throttled_share_max`.
-    None where the run had no enforced budget."""
-    out: dict = {"cpu_deficit_max": None, "cpu_deficit_unit": None, "budget_bound": None, "throttled_share_max": None}
+    None where the run had no enforced budget (or, on Docker, no per-process scheduler reading)."""
+    out: dict = {"cpu_wait_ms": None, "cpu_wait_unit": None, "budget_bound": None, "throttled_share_max": None}
     if not budget or not budget.get("enforced"):
         return out
-    deficits, shares, bound = [], [], 0
+    n = float(budget.get("dilation") or 1.0)
+    waits, shares, bound = [], [], 0
     for unit, u in (budget.get("units") or {}).items():
         r = u.get("run") or {}
-        wall, real = r.get("wall_s"), u.get("real_cores")
-        if not all(isinstance(x, (int, float)) for x in (wall, real)) or wall <= 0 or real <= 0:
-            continue
-        allowed = real * wall
         periods, throttled = r.get("nr_periods") or 0, r.get("nr_throttled") or 0
         share = throttled / periods if periods else 0.0
         shares.append(share)
         bound += share > BUDGET_BOUND_SHARE
-        waited = r.get("run_delay_s")
-        if isinstance(waited, (int, float)) and isinstance(r.get("usage_s"), (int, float)):
-            starved = max(0.0, waited - (r.get("throttled_s") or 0.0))
-            unused = max(0.0, allowed - r["usage_s"])
-            deficits.append((min(starved, unused) / allowed, unit))
-    if deficits:
-        out["cpu_deficit_max"], out["cpu_deficit_unit"] = max(deficits)
+        waited, slices = r.get("run_delay_s"), r.get("timeslices")
+        if isinstance(waited, (int, float)) and isinstance(slices, int) and slices > 0:
+            beyond = max(0.0, waited - (r.get("throttled_s") or 0.0))
+            waits.append((beyond / slices / n * 1000, unit))
+    if waits:
+        out["cpu_wait_ms"], out["cpu_wait_unit"] = max(waits)
     if shares:
         out["throttled_share_max"] = max(shares)
         out["budget_bound"] = bound

@@ -6,8 +6,8 @@ orchestrator.cpubudget, its paths recorded in the lab state before they exist (s
 a crash too). The driver attaches each process it starts (`attach`), the runner marks the common start
 (`mark_start`), and at the stop `report` gives the manifest's `cpu_budget`: per unit the budget, the quota and what
 the kernel counted over the run — CPU used, CFS periods, periods throttled, time throttled, and the time the
-process waited on a run queue (/proc/PID/schedstat's run_delay: throttled or starved) — from which
-`orchestrator.fidelity.cpu_judges` tells a member that ran at its budget from one the machine starved.
+process waited on a run queue and the times it was given a CPU (/proc/PID/schedstat) — from which
+`orchestrator.fidelity.cpu_judges` tells a member that ran at its budget from one that waited for a CPU.
 """
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from pathlib import Path
 from orchestrator.errors import CgroupError
 
 
-def run_delay_s(pid: int, proc: Path = Path("/proc")) -> float | None:
-    """Seconds the process's threads waited on a run queue since it started (schedstat's second field), None
-    when it is gone. Hand-written: one field of one /proc file."""
+def run_delay_s(pid: int, proc: Path = Path("/proc")) -> tuple[float, int] | None:
+    """(seconds the process waited on a run queue since it started, times it was given a CPU): /proc/PID/schedstat's
+    second and third fields; None when it is gone. Hand-written: two fields of one /proc file."""
     try:
-        return int((proc / str(pid) / "schedstat").read_text().split()[1]) / 1e9
+        f = (proc / str(pid) / "schedstat").read_text().split()
+        return int(f[1]) / 1e9, int(f[2])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -107,7 +108,8 @@ class LocalBudgets:
                 zero = {"usage_s": 0.0, "nr_periods": 0, "nr_throttled": 0, "throttled_s": 0.0, "delay": {},
                         "t": e["t"] if b is None else b["t"]}
                 b = b or zero
-                delays = [d - b["delay"].get(pid, 0.0) for pid, d in e["delay"].items()]
+                delays = [d[0] - b["delay"].get(pid, (0.0, 0))[0] for pid, d in e["delay"].items()]
+                slices = [d[1] - b["delay"].get(pid, (0.0, 0))[1] for pid, d in e["delay"].items()]
                 entry["run"] = {
                     "wall_s": t_end - b["t"],
                     "usage_s": None if e.get("usage_s") is None else e["usage_s"] - (b.get("usage_s") or 0.0),
@@ -115,6 +117,7 @@ class LocalBudgets:
                     "nr_throttled": e["nr_throttled"] - b["nr_throttled"],
                     "throttled_s": e["throttled_s"] - b["throttled_s"],
                     "run_delay_s": sum(delays) if delays else None,
+                    "timeslices": sum(slices) if slices else None,
                 }
             units[unit] = entry
         return {"enforced": True, "mechanism": f"cgroup v{self.cgroups.version} CFS bandwidth",
@@ -194,7 +197,7 @@ def read_stats(dirs: dict[str, Path]) -> dict | None:
 class DockerBudgets(LocalBudgets):
     """Docker's own CPU quota on each member's container (`container.update`): the node runs in it (docker exec).
     Applied at `prepare`, reset to unlimited at the stop (the lab may serve another run); the figures are read from
-    the container's cgroup (its main process's /proc/PID/cgroup). No run_delay: the deficit judge is not
+    the container's cgroup (its main process's /proc/PID/cgroup). No run_delay: the CPU-wait judge is not
     measured on Docker."""
 
     def __init__(self, ctx, containers):

@@ -279,18 +279,21 @@ def test_judges_in_virtual_time(tmp_path):
 
 
 def test_cpu_judges_hand_worked():
-    # budget 0.2 real cores over 10 s = 2 CPU-s allowed.
-    # a: used 1.2 s, waited 1.5 s of which 0.5 s throttled -> starved 1.0 s, unused 0.8 s -> deficit 0.8 / 2 = 40 %
-    # b: used 2.0 s (its whole budget), throttled in 90 of 100 periods -> bound, no deficit
-    budget = {"enforced": True, "units": {
+    # a: waited 1.5 s, 0.5 s of it throttled, ran 500 times at N = 4 -> (1.5 - 0.5) / 500 / 4 = 0.5 ms virtual
+    # b: throttled in 90 of 100 periods -> bound; waited 8 s, all throttled, 1000 times -> 0 ms
+    # c: no scheduler reading (Docker) -> no wait
+    budget = {"enforced": True, "dilation": 4, "units": {
         "a": {"real_cores": 0.2, "run": {"wall_s": 10, "usage_s": 1.2, "run_delay_s": 1.5, "throttled_s": 0.5,
-                                          "nr_periods": 100, "nr_throttled": 10}},
+                                          "timeslices": 500, "nr_periods": 100, "nr_throttled": 10}},
         "b": {"real_cores": 0.2, "run": {"wall_s": 10, "usage_s": 2.0, "run_delay_s": 8.0, "throttled_s": 8.0,
-                                          "nr_periods": 100, "nr_throttled": 90}}}}
+                                          "timeslices": 1000, "nr_periods": 100, "nr_throttled": 90}},
+        "c": {"real_cores": 0.2, "run": {"wall_s": 10, "usage_s": 2.0, "nr_periods": 100, "nr_throttled": 0}}}}
     j = fid.cpu_judges(budget)
-    assert j["cpu_deficit_max"] == pytest.approx(0.4) and j["cpu_deficit_unit"] == "a"
+    assert j["cpu_wait_ms"] == pytest.approx(0.5) and j["cpu_wait_unit"] == "a"
     assert j["budget_bound"] == 1 and j["throttled_share_max"] == pytest.approx(0.9)
-    assert fid.cpu_judges({"enforced": False})["cpu_deficit_max"] is None
+    budget["dilation"] = 1                                   # the same wait in real time: 2 ms > 1 ms -> unfaithful
+    assert fid.cpu_judges(budget)["cpu_wait_ms"] == pytest.approx(2.0)
+    assert fid.cpu_judges({"enforced": False})["cpu_wait_ms"] is None
     assert fid.cpu_judges(None)["budget_bound"] is None
 
 
