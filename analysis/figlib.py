@@ -13,6 +13,9 @@ A row's identity columns: `run` (the run directory's name), `run_dir`, `point` a
 when the run belongs to a sweep, `seed`, `status`, `verdict` and `judged` (the judges' reasons), `dilation`, `cpu`
 (the budget), `load_mean`/`load_max` (from a load log), and `excluded`: None, or why the row is not in the
 aggregates (not completed; the values function's own reason; unfaithful when `faithful_only`).
+
+analysis/figtables.py is the other half: the per-point summary as the scripts' summary.csv files lay it out
+(`summarise`), the Markdown cells, the summary files and the scripts' two-mode command line.
 """
 from __future__ import annotations
 
@@ -143,6 +146,21 @@ def plugin_values(protocol: str | None = None) -> Values:
     return values
 
 
+def projection(columns: dict[str, str] | Iterable[tuple[str, str]], protocols: Iterable[str] = (),
+               plugin: str | None = None) -> Values:
+    """A script's values function: the run's plug-in's run_values (`plugin`, or each run's own protocol's) as the
+    script's columns, `columns` {column: run_values key} (renaming, no computing). With `protocols`, a run of
+    another protocol is excluded (its row kept)."""
+    get, columns, protocols = plugin_values(plugin), dict(columns), tuple(protocols)
+
+    def values(run: RunDir) -> dict[str, Any]:
+        if protocols and run.protocol not in protocols:
+            raise Exclude(f"protocol {run.protocol}, not {' or '.join(protocols)}")
+        v = get(run)
+        return {col: v.get(key) for col, key in columns.items()}
+    return values
+
+
 # --- aggregation (pure) -------------------------------------------------------------------------------------------
 
 def _sortable(v: Any) -> tuple:
@@ -153,7 +171,8 @@ def _sortable(v: Any) -> tuple:
     return (1, str(v))
 
 
-def _num(v: Any) -> float | None:
+def number(v: Any) -> float | None:
+    """A finite number as a float; None for anything else (None, '', a bool, a label, NaN)."""
     if isinstance(v, bool) or v is None or v == "":
         return None
     try:
@@ -172,15 +191,36 @@ def aggregate(rows: list[dict], point: tuple[str, ...], values: tuple[str, ...])
     out = []
     for key in sorted(groups, key=lambda k: tuple(_sortable(x) for x in k)):
         rs = groups[key]
-        kept = [r for r in rs if not r.get("excluded")]
+        ok = kept(rs)
         row: dict[str, Any] = dict(zip(point, key))
-        row["runs"], row["excluded"] = len(kept), len(rs) - len(kept)
+        row["runs"], row["excluded"] = len(ok), len(rs) - len(ok)
         for v in values:
-            xs = [x for r in kept if (x := _num(r.get(v))) is not None]
+            xs = [x for r in ok if (x := number(r.get(v))) is not None]
             m, ci = mean_ci(xs)
             row[v], row[f"{v}_ci95"], row[f"{v}_n"] = m, ci, len(xs)
         out.append(row)
     return out
+
+
+def kept(rows: list[dict]) -> list[dict]:
+    """The rows in the aggregates (`excluded` empty)."""
+    return [r for r in rows if not r.get("excluded")]
+
+
+def as_number(v: Any) -> float | None:
+    """A coordinate's value as a number: 100, '100', '2s', '500ms' or '20us' (seconds); None when it is a label."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        pass
+    s = str(v).strip()
+    for unit, mult in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        if s.endswith(unit):
+            try:
+                return float(s[:-len(unit)]) * mult
+            except ValueError:
+                return None
+    return None
 
 
 # --- output ---------------------------------------------------------------------------------------------------------
@@ -199,10 +239,16 @@ def write_csv(path: Path, rows: list[dict]) -> None:
             w.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()})
 
 
-def read_csv(path: Path) -> list[dict[str, Any]]:
-    """A CSV written by `write_csv`, numbers as numbers (for tables regenerated from committed files)."""
+def write_json(path: Path, doc: Any) -> None:
+    """`doc` as indented JSON (what JSON cannot hold as its str)."""
+    path.write_text(json.dumps(doc, indent=1, default=str))
+
+
+def read_csv(path: Path, strings: bool = False) -> list[dict[str, Any]]:
+    """A CSV written by `write_csv`, numbers as numbers, '' as None, lists and dicts as such (for tables regenerated
+    from committed files); with `strings`, every cell as the file has it."""
     with Path(path).open() as f:
-        return [{k: _cell(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        return [r if strings else {k: _cell(v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 def _cell(v: str) -> Any:
@@ -253,13 +299,24 @@ def pyplot():
     return plt
 
 
+def save(fig, path: Path, dpi: int = 110, title: str | None = None) -> Path:
+    """A figure laid out (with `title` over its panels), written to `path` (its directory made) and closed."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
 def line_figure(agg: list[dict], x: str, y: str, path: Path, series: tuple[str, ...] = (), title: str = "",
                 xlabel: str | None = None, ylabel: str | None = None,
                 paper: list[tuple[float, float]] | None = None, paper_label: str = "paper",
                 hlines: list[tuple[str, float]] = ()) -> Path | None:
     """`y` (mean, 95 % CI as error bars) against `x`, one line per value of `series`, the paper's points beside them.
     None (nothing drawn) when no row has both."""
-    pts = [r for r in agg if _num(r.get(x)) is not None and _num(r.get(y)) is not None]
+    pts = [r for r in agg if number(r.get(x)) is not None and number(r.get(y)) is not None]
     if not pts:
         return None
     plt = pyplot()
@@ -268,10 +325,10 @@ def line_figure(agg: list[dict], x: str, y: str, path: Path, series: tuple[str, 
     for r in pts:
         lines.setdefault(tuple(r.get(k) for k in series), []).append(r)
     for key, rs in sorted(lines.items(), key=lambda kv: tuple(_sortable(v) for v in kv[0])):
-        rs.sort(key=lambda r: _num(r[x]))
+        rs.sort(key=lambda r: number(r[x]))
         label = ", ".join(f"{k} = {v}" for k, v in zip(series, key)) or "here"
-        ax.errorbar([_num(r[x]) for r in rs], [_num(r[y]) for r in rs],
-                    yerr=[_num(r.get(f"{y}_ci95")) or 0 for r in rs], marker="o", capsize=3, label=label)
+        ax.errorbar([number(r[x]) for r in rs], [number(r[y]) for r in rs],
+                    yerr=[number(r.get(f"{y}_ci95")) or 0 for r in rs], marker="o", capsize=3, label=label)
     if paper:
         ax.plot([p[0] for p in paper], [p[1] for p in paper], "k--", marker="s", label=paper_label)
     for label, v in hlines:
@@ -282,8 +339,4 @@ def line_figure(agg: list[dict], x: str, y: str, path: Path, series: tuple[str, 
         ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=120)

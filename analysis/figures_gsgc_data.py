@@ -5,15 +5,15 @@ here: a run's TPR and steps are its `run_values`' round 0 (`tpr_round0_s`, `step
 from __future__ import annotations
 
 import csv
-import math
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from analysis import figlib
+from analysis import figlib, figtables
 from analysis.doc import fmt
+from analysis.figlib import as_number, number
 from analysis.stats import welch
-from analysis.sweep import as_number
 
 # the paper's numbers, from its text (seed 000 §4.3, §4.4)
 PAPER_SIM1_B3 = {"b": 3, "s": 9.0, "f_s": 28.6, "window": (4.0, 10.0), "tpr_range": (28.6, 31.2)}
@@ -27,18 +27,8 @@ class NoPoints(Exception):
 
 # --- reading ------------------------------------------------------------------------------------------------------
 
-def _num(v: Any) -> float | None:
-    if v is None or v == "":
-        return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 def _int(v: Any) -> int | None:
-    x = _num(v)
+    x = number(v)
     return int(x) if x is not None and x == int(x) else None
 
 
@@ -48,7 +38,7 @@ def normalise(row: dict[str, str], sweep: str, default_scheme: str = "global") -
     phase (c.start_phase); tpr = tpr_round0_s, steps = steps_round0; `ran` = the row has a point group."""
     b = _int(row.get("subgroup"))
     b = b if b is not None else _int(row.get("c.subgroup"))
-    step = _num(row.get("step_s"))
+    step = number(row.get("step_s"))
     step = step if step is not None or row.get("c.step") in (None, "") else as_number(row.get("c.step"))
     n = _int(row.get("members"))
     n = n if n is not None else _int(row.get("c.n"))
@@ -59,7 +49,7 @@ def normalise(row: dict[str, str], sweep: str, default_scheme: str = "global") -
             "fidelity": row.get("fidelity") or None,
             "b": b, "step_s": step, "n": n, "scheme": row.get("c.scheme") or default_scheme,
             "phase": row.get("c.start_phase") or None, "duration": row.get("c.duration") or None,
-            "tpr": _num(row.get("tpr_round0_s")), "steps": _num(row.get("steps_round0")),
+            "tpr": number(row.get("tpr_round0_s")), "steps": number(row.get("steps_round0")),
             "run_dir": row.get("run_dir") or None}
 
 
@@ -110,26 +100,20 @@ def aggregate(rows: list[dict], keys: tuple[str, ...]) -> list[dict[str, Any]]:
     steps values (`tpr_values`, `steps_values`), their mean, 95 % CI half-width (figlib.aggregate) and count, and
     the member counts and durations pooled into the group (several when sweeps of different n or duration merge).
     A run without a TPR is counted and left out of the mean."""
-    ran = [r for r in rows if r["ran"]]
-    stats = {tuple(a[k] for k in keys): a for a in figlib.aggregate(ran, keys, ("tpr", "steps"))}
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in ran:
-        groups[tuple(r[k] for k in keys)].append(r)
-    out = []
-    for k in sorted(groups, key=key_sort):
-        rs, a = groups[k], stats[k]
-        row: dict[str, Any] = dict(zip(keys, k))
-        row.update(runs=len(rs), completed=sum(r["completed"] for r in rs), runs_with_tpr=a["tpr_n"],
-                   unfaithful=sum(r["unfaithful"] for r in rs),
-                   members=sorted({r["n"] for r in rs if r["n"] is not None}),
-                   durations=sorted({r["duration"] for r in rs if r["duration"]}),
-                   sweeps=sorted({Path(r["sweep"]).name for r in rs}))
-        row["tpr_mean"], row["tpr_ci95"] = a["tpr"], a["tpr_ci95"]
-        row["steps_mean"], row["steps_ci95"], row["steps_n"] = a["steps"], a["steps_ci95"], a["steps_n"]
-        row["tpr_values"] = [r["tpr"] for r in rs if r["tpr"] is not None]
-        row["steps_values"] = [r["steps"] for r in rs if r["steps"] is not None]
-        out.append(row)
-    return out
+    extra = {"completed": lambda rs: sum(r["completed"] for r in rs),
+             "runs_with_tpr": lambda rs: sum(number(r["tpr"]) is not None for r in rs),
+             "unfaithful": lambda rs: sum(r["unfaithful"] for r in rs),
+             "members": lambda rs: sorted({r["n"] for r in rs if r["n"] is not None}),
+             "durations": lambda rs: sorted({r["duration"] for r in rs if r["duration"]}),
+             "sweeps": lambda rs: sorted({Path(r["sweep"]).name for r in rs})}
+    after = {f"{v}_values": _values(v) for v in ("tpr", "steps")}
+    return figtables.summarise([r for r in rows if r["ran"]], keys, ("tpr", "steps"), excluded=False, extra=extra,
+                               after=after, counts=("steps",), mean="{}_mean",
+                               order=lambda a: key_sort(tuple(a[k] for k in keys)))
+
+
+def _values(key: str) -> figtables.Column:
+    return lambda rs: [r[key] for r in rs if r[key] is not None]
 
 
 def not_run(rows: list[dict]) -> list[dict]:
@@ -214,11 +198,8 @@ def sim_tests(agg1: list[dict], agg2: list[dict]) -> list[dict[str, Any]]:
 
 # --- cells ---------------------------------------------------------------------------------------------------------
 
-def pm(m: float | None, ci: float | None) -> str:
-    """'mean ± CI' ('mean (no CI)' for one value, '—' for none)."""
-    if m is None:
-        return "—"
-    return f"{fmt(float(m))} ± {fmt(float(ci))}" if ci is not None else f"{fmt(float(m))} (one value, no CI)"
+# 'mean ± CI' ('mean (one value, no CI)' for one value, '—' for none)
+pm = partial(figtables.pm, spec=fmt, none="—", alone=" (one value, no CI)")
 
 
 def agg_csv(agg: list[dict]) -> list[dict]:

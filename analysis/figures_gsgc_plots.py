@@ -8,16 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.doc import fmt
-from analysis.figlib import pyplot
+from analysis.figlib import pyplot, save
 from analysis.figures_gsgc_data import PAPER_FIG12_N500, PAPER_SIM1_B3, key_sort
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
-    return path
 
 
 def _errorbar(ax, pts: list[dict], value: str, **kw) -> None:
@@ -65,7 +57,7 @@ def fig_vs_step(agg: list[dict], line_key, label_of, path: Path, title: str, sim
         if ax.get_legend_handles_labels()[0]:   # (B)'s curves sit above ~25 s: its legend goes below them
             ax.legend(fontsize=7, **({"loc": "lower center", "ncol": 2} if ax is ax2 else {}))
     fig.suptitle(title + " — mean ± 95 % CI; k/n: runs with a value", fontsize=9)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def fig_vs_n(rows: list[dict], agg: list[dict], path: Path, title: str) -> Path:
@@ -96,7 +88,7 @@ def fig_vs_n(rows: list[dict], agg: list[dict], path: Path, title: str) -> Path:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def fig_sims(agg1: list[dict], agg2: list[dict], path: Path, title: str) -> Path:
@@ -122,7 +114,7 @@ def fig_sims(agg1: list[dict], agg2: list[dict], path: Path, title: str) -> Path
     if labels:
         axes[0][-1].legend(list(labels.values()), list(labels), fontsize=7, loc="lower right")
     fig.suptitle(title + " — mean ± 95 % CI; k/n: runs with a TPR", fontsize=9)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def fig_tune(tunes: list[tuple[str, dict, list[dict]]], grid: list[dict], b: int, path: Path, title: str) -> Path:
@@ -156,4 +148,4 @@ def fig_tune(tunes: list[tuple[str, dict, list[dict]]], grid: list[dict], b: int
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    return _save(fig, path)
+    return save(fig, path)

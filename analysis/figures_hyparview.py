@@ -10,7 +10,7 @@ removed more than MAX_FALSE_SUSPICIONS live peers before the crash (the machine'
 
     .venv/bin/python -m analysis.figures_hyparview SWEEP_DIR [RUN_DIR ...] --out docs/results/hyparview-fig2
         [--load /tmp/h5runs/load.log] [--model docs/results/hyparview-fig2/model.json]
-    .venv/bin/python -m analysis.figures_hyparview tables docs/results/hyparview-fig2 [--out DIR]
+    .venv/bin/python -m analysis.figures_hyparview tables docs/results/hyparview-fig2 [--out DIR] [--figures]
 
 Writes runs.csv (one row per run: identity, judges, load, why left out, the values), and from runs.csv alone (what
 `tables` regenerates from a committed runs.csv): summary.csv (per protocol, f and group size over the counted runs
@@ -21,7 +21,6 @@ fig4_healing.png.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -29,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis import figlib
-from analysis.hyparview_common import MARKERS, PROTOCOLS, TITLES, cell, projection, read_runs, summarise
+from analysis.figlib import kept
+from analysis.figtables import ci_cell, command_line, largest, summarise, write_summary
+from analysis.hyparview_common import MARKERS, PROTOCOLS, TITLES, read_runs
 
 MAX_CRASH_SPREAD_S = 1.0      # two 500 ms cycles: a crash that took longer is not the paper's crash "at once"
 # failure-detector removals before the crash (all false: nobody had crashed) above which the run measured the
@@ -71,7 +72,7 @@ def left_out(row: dict) -> str | None:
 
 def collect(paths: list[Path], load: list[tuple[float, float]] | None = None) -> list[dict[str, Any]]:
     """One row per run under `paths` (figlib.collect over the plug-ins' values), `excluded` set by `left_out`."""
-    rows = figlib.collect(paths, projection(COLUMNS), POINT, faithful_only=True, load=load)
+    rows = figlib.collect(paths, figlib.projection(COLUMNS), POINT, faithful_only=True, load=load)
     for r in rows:
         r["excluded"] = r["excluded"] or left_out(r)
     return rows
@@ -100,25 +101,27 @@ def per_cycle(runs: list[dict], max_cycle: int = 40) -> list[dict]:
             for (p, f, c), v in sorted(acc.items())]
 
 
+def summary(rows: list[dict]) -> list[dict]:
+    """Per point over the counted rows (the committed summary.csv's shape: no `excluded` count, the runs left out
+    are in runs.csv with their reason): runs, the largest load, every value's mean, 95 % CI half-width and n."""
+    return summarise(kept(rows), POINT, VALUES, excluded=False, extra={"load_max": largest("load_max")}, order=_order)
+
+
 def tables(rows: list[dict], out: Path) -> tuple[list[dict], list[dict], int | None]:
     """summary.csv, scale.csv, per_cycle.csv, summary.json and tables.md from runs.csv's rows; (the sweep's
     points, the other sizes' points, the sweep's group size)."""
     n = group_size(rows)
     main = [r for r in rows if r.get("members") == n]
-    agg = summarise(main, POINT, VALUES, _order, maxes=("load_max",))
-    scale = summarise([r for r in rows if r.get("members") not in (n, None)], POINT, VALUES, _order,
-                      maxes=("load_max",))
+    agg = summary(main)
+    scale = summary([r for r in rows if r.get("members") not in (n, None)])
     out.mkdir(parents=True, exist_ok=True)
-    figlib.write_csv(out / "summary.csv", agg)
+    doc = {"runs": len(rows), "valid_runs": len(kept(main)), "max_crash_spread_s": MAX_CRASH_SPREAD_S,
+           "max_false_suspicions": MAX_FALSE_SUSPICIONS, "points": agg}
+    write_summary(out, agg, doc, markdown_tables(agg) + scale_table(scale))
     if scale:
         figlib.write_csv(out / "scale.csv", scale)
     if any("by_cycle" in r for r in rows):
-        figlib.write_csv(out / "per_cycle.csv", per_cycle([r for r in main if not r.get("excluded")]))
-    (out / "summary.json").write_text(json.dumps({
-        "runs": len(rows), "valid_runs": sum(1 for r in main if not r.get("excluded")),
-        "max_crash_spread_s": MAX_CRASH_SPREAD_S, "max_false_suspicions": MAX_FALSE_SUSPICIONS, "points": agg},
-        indent=1, default=str))
-    (out / "tables.md").write_text(markdown_tables(agg) + scale_table(scale))
+        figlib.write_csv(out / "per_cycle.csv", per_cycle(kept(main)))
     return agg, scale, n
 
 
@@ -132,7 +135,7 @@ def markdown_tables(agg: list[dict]) -> str:
         out += [f"**{title}**", "", "| f | " + " | ".join(TITLES[p] for p in protos) + " |",
                 "|---|" + "---|" * len(protos)]
         for f in fails:
-            cells = [cell(r, key, fmt, runs=True) if r is not None and r.get(key) is not None
+            cells = [ci_cell(r, key, fmt) if r is not None and r.get(key) is not None
                      else "-" if r is None else f"- (0/{r['runs']})" for r in (by.get((p, f)) for p in protos)]
             out.append(f"| {round(100 * f)} % | " + " | ".join(cells) + " |")
         out.append("")
@@ -146,7 +149,8 @@ def scale_table(scale: list[dict]) -> str:
     out = ["**other group sizes** (mean ± 95 % CI (runs))", "",
            "| protocol | members | f | first 2 cycles | 20 s after | before |", "|---|---|---|---|---|---|"]
     for r in scale:
-        cells = [cell(r, k, "{:.3f}") for k in ("reliability_after_first", "reliability_after", "reliability_before")]
+        cells = [ci_cell(r, k, "{:.3f}", n=False)
+                 for k in ("reliability_after_first", "reliability_after", "reliability_before")]
         out.append(f"| {TITLES.get(r['protocol'], r['protocol'])} | {r['members']} | {round(100 * r['fail'])} % | "
                    + " | ".join(cells) + f" ({r['runs']}) |")
     return "\n".join(out + [""])
@@ -222,9 +226,7 @@ def fig_vs_f(agg: list[dict], key: str, ylabel: str, title: str, path: Path, yli
         ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6.5, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figlib.save(fig, path)
 
 
 def fig_after_failure(runs: list[dict], path: Path, first: int = 60) -> None:
@@ -246,9 +248,7 @@ def fig_after_failure(runs: list[dict], path: Path, first: int = 60) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("reliability")
     axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figlib.save(fig, path)
 
 
 def figures(rows: list[dict], agg: list[dict], scale: list[dict], n: int | None, out: Path,
@@ -270,33 +270,26 @@ def figures(rows: list[dict], agg: list[dict], scale: list[dict], n: int | None,
 # --- CLI ----------------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["tables"]:
-        ap = argparse.ArgumentParser(prog="figures_hyparview tables",
-                                     description="the tables from a results directory's runs.csv alone")
-        ap.add_argument("results", type=Path, help="a directory with runs.csv (docs/results/hyparview-fig2)")
-        ap.add_argument("--out", type=Path, default=None, help="where to write (default: the same directory)")
-        a = ap.parse_args(argv[1:])
-        tables(read_runs(a.results / "runs.csv"), a.out or a.results)
-        return 0
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sweeps", nargs="+", type=Path, help="sweep directories (sweep.json) or run directories")
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
-    ap.add_argument("--model", type=Path, default=None,
-                    help="gossip_model results (json: fail, n50_view35, n10000_view35) drawn as reference lines")
-    a = ap.parse_args(argv)
-    rows = collect(a.sweeps, figlib.read_load(a.load) if a.load else None)
-    for r in rows:
-        if r["excluded"]:
-            print(f"{r['run']}: {r['excluded']} (load {r.get('load_mean')}), left out of the aggregates",
-                  file=sys.stderr)
-    figlib.write_csv(a.out / "runs.csv", rows)
-    rows = read_runs(a.out / "runs.csv")          # everything else from runs.csv, as `tables` does
+    def runs(a) -> list[dict]:
+        rows = collect(a.dirs, figlib.read_load(a.load) if a.load else None)
+        for r in rows:
+            if r["excluded"]:
+                print(f"{r['run']}: {r['excluded']} (load {r.get('load_mean')}), left out of the aggregates",
+                      file=sys.stderr)
+        return rows
+
+    def options(ap, tables: bool) -> None:
+        if not tables:
+            ap.add_argument("--model", type=Path, default=None, help="gossip_model results (json: fail, n50_view35, "
+                            "n10000_view35) drawn as reference lines")
+    # everything but runs.csv from runs.csv, as `tables` does
+    a, rows = command_line(argv, __doc__, runs, options=options, read=read_runs, reread=True)
     agg, scale, n = tables(rows, a.out)
-    model = json.loads(a.model.read_text()) if a.model and a.model.exists() else None
-    figures(rows, agg, scale, n, a.out, model)
-    print((a.out / "tables.md").read_text())
+    if a.draw:
+        model = getattr(a, "model", None)
+        figures(rows, agg, scale, n, a.out, json.loads(model.read_text()) if model and model.exists() else None)
+    if not a.tables:
+        print((a.out / "tables.md").read_text())
     return 0
 
 

@@ -27,12 +27,12 @@ directories).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from analysis import figlib
-from analysis.figures_pbcast_lib import ci_cell, excluded_note, f, kept, project, summarise, write_json
+from analysis.figlib import kept
+from analysis.figtables import ci_cell, command_line, excluded_note, largest, show, summarise, write_summary
 
 PROTOCOLS = ("tradvsync", "vsync")
 TITLES = {"tradvsync": "traditional vsync (Figure 1)", "vsync": "vsync over pbcast, k = 1 (Figure 12)"}
@@ -53,7 +53,7 @@ VALUES = ("throughput", "throughput_min", "throughput_perturbed", "throughput_1s
 def aggregate(rows: list[dict]) -> list[dict]:
     """Per (protocol, members, p, offered rate): the runs, the largest load average, the runs judged unfaithful,
     and each value's mean, 95 % CI half-width (Student t) and n."""
-    extra = {"load_max": lambda rs: max((r["load_max"] for r in rs if r.get("load_max") is not None), default=None),
+    extra = {"load_max": largest("load_max"),
              "unfaithful": lambda rs: sum(1 for r in rs if r.get("verdict") == "unfaithful")}
     return summarise(rows, POINT, VALUES, lead=("protocol", "members", "p", "runs", "offered_per_s"), extra=extra)
 
@@ -112,9 +112,7 @@ def fig_contrast(agg: list[dict], path: Path, offered: float | None) -> None:
     ax.set_ylim(0, 1.3 * offered if offered else None)      # a CI bar of 2 runs may reach beyond: clipped
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figlib.save(fig, path)
 
 
 def fig_perturbed(agg: list[dict], path: Path, protocol: str = "vsync") -> None:
@@ -137,9 +135,7 @@ def fig_perturbed(agg: list[dict], path: Path, protocol: str = "vsync") -> None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figlib.save(fig, path)
 
 
 # --- tables -------------------------------------------------------------------------------------------------------
@@ -174,18 +170,16 @@ def write_tables(rows: list[dict], out: Path, rate: float | None = None, draw: b
     most runs had); summary.csv has all. Returns the aggregates."""
     runs = kept(rows)
     agg = aggregate(rows)
-    figlib.write_csv(out / "summary.csv", agg)
-    write_json(out / "summary.json", {"runs": len(runs), "points": agg, "relative": relative(agg)})
     rates = [r.get("offered_per_s") for r in runs]
     offered = rate if rate is not None else max(set(rates), key=rates.count) if rates else None
     shown = [r for r in agg if r["offered_per_s"] == offered]
-    (out / "tables.md").write_text(f"Offered: {offered} msgs/s.\n\n" + markdown_tables(shown) + excluded_note(rows))
+    write_summary(out, agg, {"runs": len(runs), "points": agg, "relative": relative(agg)},
+                  f"Offered: {offered} msgs/s.\n\n" + markdown_tables(shown) + excluded_note(rows))
     # the same over the runs the fidelity judges call faithful (timer lag p99 <= 50 ms, hold error p99 <= 1 ms)
     good = aggregate([r for r in runs if r.get("verdict") == "faithful"])
-    figlib.write_csv(out / "summary_faithful.csv", good)
-    (out / "tables_faithful.md").write_text(f"Offered: {offered} msgs/s; faithful runs only.\n\n"
-                                            + markdown_tables([r for r in good if r["offered_per_s"] == offered])
-                                            + excluded_note(rows))
+    write_summary(out, good, md=f"Offered: {offered} msgs/s; faithful runs only.\n\n"
+                  + markdown_tables([r for r in good if r["offered_per_s"] == offered]) + excluded_note(rows),
+                  suffix="_faithful")
     if draw:
         fig_contrast(shown, out / "fig1_fig12.png", offered)
         fig_perturbed(shown, out / "fig12_perturbed.png")
@@ -194,32 +188,18 @@ def write_tables(rows: list[dict], out: Path, rate: float | None = None, draw: b
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    if argv[:1] == ["tables"]:
-        ap.add_argument("results", type=Path, help="a results directory holding runs.csv (docs/results/<dir>)")
-        ap.add_argument("--out", type=Path, default=None, help="where the tables go (default: RESULTS)")
-        ap.add_argument("--figures", action="store_true", help="draw the figures too")
-    else:
-        ap.add_argument("dirs", nargs="+", type=Path, help="sweep directories (points/) or run directories")
-        ap.add_argument("--out", type=Path, required=True)
-        ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
-    ap.add_argument("--rate", type=float, default=None, help="the offered rate the figures show (default: most runs')")
-    tables = argv[:1] == ["tables"]
-    a = ap.parse_args(argv[1:] if tables else argv)
-    if tables:
-        out = a.out or a.results
-        rows = figlib.read_csv(a.results / "runs.csv")
-    else:
-        out = a.out
-        rows = figlib.collect(a.dirs, project(COLUMNS, PROTOCOLS), point=POINT, load=figlib.read_load(a.load))
-        figlib.write_csv(out / "runs.csv", rows)
-    out.mkdir(parents=True, exist_ok=True)
-    agg = write_tables(rows, out, a.rate, draw=not tables or a.figures)
+    def collect(a) -> list[dict]:
+        return figlib.collect(a.dirs, figlib.projection(COLUMNS, PROTOCOLS), point=POINT, load=figlib.read_load(a.load))
+
+    def rate(ap, tables: bool) -> None:
+        ap.add_argument("--rate", type=float, default=None, help="the offered rate the figures show (default: most "
+                        "runs')")
+    a, rows = command_line(argv, __doc__, collect, options=rate)
+    agg = write_tables(rows, a.out, a.rate, draw=a.draw)
     for r in agg:
         print(f"{r['protocol']!s:9} n={r['members']!s:<3} p={r['p']!s:<4} rate={r['offered_per_s']} runs={r['runs']} "
-              f"thr={f(r['throughput'])}±{f(r['throughput_ci95'])} pert={f(r['throughput_perturbed'])} "
-              f"sent/s={f(r['sent_per_s'])} blocked={f(r['send_blocked'])} load={f(r['load_mean'])}")
+              f"thr={show(r['throughput'])}±{show(r['throughput_ci95'])} pert={show(r['throughput_perturbed'])} "
+              f"sent/s={show(r['sent_per_s'])} blocked={show(r['send_blocked'])} load={show(r['load_mean'])}")
     for r in rows:
         if r.get("excluded"):
             print(f"{r['run']}: excluded: {r['excluded']}", file=sys.stderr)

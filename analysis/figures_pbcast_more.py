@@ -28,7 +28,6 @@ summaries and tables again from a results directory's runs.csv alone (no run dir
 """
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -36,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis import figlib, figures_vsync
-from analysis.figures_pbcast_lib import (ci_cell, excluded_note, f, kept, md_rows, project, summarise,
-                                        write_json)
+from analysis.figlib import kept
+from analysis.figtables import ci_cell, command_line, excluded_note, md_rows, show, summarise, summed, write_summary
 from analysis.protocols.pbcast import BIN_WIDTH, BINS, LAST_S, OVERHEAD
 
 KINDS = ("fig4", "bimodal")
@@ -68,14 +67,14 @@ VALUES = {
 
 
 def values(kind: str) -> figlib.Values:
-    return project(COLUMNS[kind], ("pbcast",), "pbcast")
+    return figlib.projection(COLUMNS[kind], ("pbcast",), "pbcast")
 
 
 def aggregate(kind: str, rows: list[dict]) -> list[dict]:
     """Per point (POINT[kind]): `runs`, and each of VALUES[kind]'s mean, 95 % CI half-width (Student t, `_ci95`),
     n (`_n`) and, for a maximum, the largest run's (`_largest`); bimodal points also the histograms summed."""
-    return summarise(rows, POINT[kind], VALUES[kind], largest=True,
-                     sums=("hist_all", "hist_last") if kind == "bimodal" else ())
+    return summarise(rows, POINT[kind], VALUES[kind], largest_max=True,
+                     after={h: summed(h) for h in ("hist_all", "hist_last")} if kind == "bimodal" else None)
 
 
 # --- Figure 4's fits (pure) ---------------------------------------------------------------------------------------
@@ -121,12 +120,6 @@ def fig4_fits(rows: list[dict], agg: list[dict]) -> dict[str, Any]:
 
 # --- figures ------------------------------------------------------------------------------------------------------
 
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    figlib.pyplot().close(fig)
-
-
 def fig4_figure(agg: list[dict], fit: dict, path: Path) -> None:
     """Figure 4 in two panels against n (log2 axis): (a) the total overhead messages per member per multicast (mean,
     95 % CI bars; packed members apart) with both fits over the faithful runs; (b) its repair part (solicitations
@@ -158,7 +151,7 @@ def fig4_figure(agg: list[dict], fit: dict, path: Path) -> None:
                     axis.plot(xs, [p["a"] + p["b"] * law(x) for x in xs], linestyle=style,
                               color="C1" if name == "log2" else "C2",
                               label=f"faithful runs: a + b {'log2 n' if name == 'log2' else 'n'}, a={p['a']:.3g}, "
-                                    f"b={p['b']:.3g}, R²={f(p['r2'], '{:.3f}')}")
+                                    f"b={p['b']:.3g}, R²={show(p['r2'], '{:.3f}')}")
     for axis, title in ((ax, "(a) all overhead: digests + solicitations + repairs"),
                         (bx, "(b) the repair part: solicitations + repairs")):
         axis.set_xscale("log", base=2)
@@ -168,7 +161,7 @@ def fig4_figure(agg: list[dict], fit: dict, path: Path) -> None:
         axis.set_ylim(bottom=0)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
-    _save(fig, path)
+    figlib.save(fig, path)
 
 
 def bimodal_figure(agg: list[dict], path: Path) -> None:
@@ -191,14 +184,15 @@ def bimodal_figure(agg: list[dict], path: Path) -> None:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("messages")
-    _save(fig, path)
+    figlib.save(fig, path)
 
 
 # --- tables -------------------------------------------------------------------------------------------------------
 
-def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
-    """tables.md of `kind`: a row per point, cells mean ± 95 % CI half-width (n)."""
+def markdown(kind: str, agg: list[dict], more: dict | None = None) -> str:
+    """tables.md of `kind`: a row per point, cells mean ± 95 % CI half-width (n); fig4 the fits (`more`)."""
     out: list[str] = ["Mean ± 95 % CI half-width (Student t), the number of runs in brackets.", ""]
+    extra = (more or {}).get("fits")
     if kind == "fig4":
         out += md_rows(["members", "members ran as", "loss", "runs", "overhead / member / multicast", "max member",
                         "sender", "the rest", "digests", "solicitations", "repairs", "deliveries by repair",
@@ -206,8 +200,8 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
                        [[str(a["members"]), str(a.get("packing")), str(a.get("loss")), str(a["runs"])]
                         + [ci_cell(a, k) for k in ("overhead", "overhead_max", "overhead_sender", "overhead_rest",
                                                    "digest", "solicit", "repair")]
-                        + [ci_cell(a, "repair_fraction", "{:.4f}"), f(a.get("miss_model"), "{:.4f}"),
-                           f(a.get("mean_hops"), "{:.2f}")]
+                        + [ci_cell(a, "repair_fraction", "{:.4f}"), show(a.get("miss_model"), "{:.4f}"),
+                           show(a.get("mean_hops"), "{:.2f}")]
                         + [ci_cell(a, k, "{:.4f}") for k in ("delivery_ratio", "delivered_to_all")]
                         for a in agg])
         if extra:
@@ -216,8 +210,8 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
                 for k, fit in extra[over].items():
                     for law in ("log2", "linear"):
                         p = fit[law]
-                        rows.append([over, k, "a + b log2 n" if law == "log2" else "a + b n", f(p["a"], "{:.4g}"),
-                                     f(p["b"], "{:.4g}"), f(p["r2"], "{:.4f}"), str(p["n"])])
+                        rows.append([over, k, "a + b log2 n" if law == "log2" else "a + b n", show(p["a"], "{:.4g}"),
+                                     show(p["b"], "{:.4g}"), show(p["r2"], "{:.4f}"), str(p["n"])])
             out += ["**least-squares fits of the overhead per member per multicast against n**", ""]
             out += md_rows(["over", "value", "law", "a", "b", "R²", "points"], rows)
     else:
@@ -237,53 +231,47 @@ def markdown(kind: str, agg: list[dict], extra: dict | None = None) -> str:
     return "\n".join(out)
 
 
-def write_tables(kind: str, rows: list[dict], out: Path, draw: bool = True) -> list[dict]:
-    """summary.csv/.json and tables.md (and the figure, `draw`) of `kind` from the rows (collected, or a committed
-    runs.csv)."""
-    agg = aggregate(kind, rows)
-    figlib.write_csv(out / "summary.csv", agg)
-    doc: dict[str, Any] = {"kind": kind, "runs": len(kept(rows)), "points": agg}
-    extra = fig4_fits(rows, agg) if kind == "fig4" else None
-    if extra:
-        doc["fits"] = extra
-    write_json(out / "summary.json", doc)
-    (out / "tables.md").write_text(markdown(kind, agg, extra) + excluded_note(rows))
-    if draw and kind == "fig4":
-        fig4_figure(agg, extra, out / "fig4.png")
-    elif draw:
+def summary(kind: str, rows: list[dict], agg: list[dict]) -> dict[str, Any]:
+    """summary.json's entries beyond the points: fig4's fits."""
+    return {"fits": fig4_fits(rows, agg)} if kind == "fig4" else {}
+
+
+def figure(kind: str, agg: list[dict], more: dict, out: Path) -> None:
+    if kind == "fig4":
+        fig4_figure(agg, more["fits"], out / "fig4.png")
+    else:
         bimodal_figure(agg, out / "bimodal.png")
-    return agg
 
 
 # --- the command line of the four kinds ----------------------------------------------------------------------------
 
+def module(kind: str):
+    """The script of `kind`: this one, or figures_vsync."""
+    return figures_vsync if kind in figures_vsync.KINDS else sys.modules[__name__]
+
+
+def write_tables(kind: str, rows: list[dict], out: Path, draw: bool = True) -> list[dict]:
+    """summary.csv/.json and tables.md (and the figure, `draw`) of `kind` from the rows (collected, or a committed
+    runs.csv), by the kind's script (`module`): its aggregate, summary entries, markdown and figure."""
+    mod = module(kind)
+    agg = mod.aggregate(kind, rows)
+    more = mod.summary(kind, rows, agg)
+    write_summary(out, agg, {"kind": kind, "runs": len(kept(rows)), "points": agg, **more},
+                  mod.markdown(kind, agg, more) + excluded_note(rows))
+    if draw:
+        mod.figure(kind, agg, more, out)
+    return agg
+
+
 def cli(argv: list[str] | None = None, kinds: tuple[str, ...] = (*KINDS, *figures_vsync.KINDS)) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    tables = argv[:1] == ["tables"]
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("kind", choices=kinds)
-    if tables:
-        ap.add_argument("results", type=Path, help="a results directory holding runs.csv (docs/results/<dir>)")
-        ap.add_argument("--out", type=Path, default=None, help="where the tables go (default: RESULTS)")
-        ap.add_argument("--figures", action="store_true", help="draw the figure too")
-    else:
-        ap.add_argument("dirs", nargs="+", type=Path, help="sweep directories (points/) or run directories")
-        ap.add_argument("--out", type=Path, required=True)
-        ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
-    a = ap.parse_args(argv[1:] if tables else argv)
-    mod = figures_vsync if a.kind in figures_vsync.KINDS else sys.modules[__name__]
-    if tables:
-        out = a.out or a.results
-        rows = figlib.read_csv(a.results / "runs.csv")
-    else:
-        out = a.out
-        rows = figlib.collect(a.dirs, mod.values(a.kind), point=mod.POINT[a.kind], load=figlib.read_load(a.load))
-        out.mkdir(parents=True, exist_ok=True)
-        figlib.write_csv(out / "runs.csv", rows)
-    out.mkdir(parents=True, exist_ok=True)
-    agg = mod.write_tables(a.kind, rows, out, draw=not tables or a.figures)
+    def collect(a) -> list[dict]:
+        mod = module(a.kind)
+        return figlib.collect(a.dirs, mod.values(a.kind), point=mod.POINT[a.kind], load=figlib.read_load(a.load))
+
+    a, rows = command_line(argv, __doc__, collect, kinds=kinds)
+    agg = write_tables(a.kind, rows, a.out, draw=a.draw)
     for r in agg:
-        print(" ".join(f"{k}={f(v, '{:.3g}')}" for k, v in r.items()
+        print(" ".join(f"{k}={show(v, '{:.3g}')}" for k, v in r.items()
                        if not k.endswith(("_ci95", "_n")) and not isinstance(v, list)))
     for r in rows:
         if r.get("excluded"):

@@ -31,13 +31,13 @@ cost per receipt.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from analysis import figlib
+from analysis.figlib import kept
+from analysis.figtables import command_line, largest, summarise, write_summary
 
 VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
           "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
@@ -127,19 +127,7 @@ def aggregate(rows: list[dict], point: tuple[str, ...] = POINT, values: tuple[st
               with_excluded: bool = True) -> list[dict]:
     """Per point (figlib.aggregate): runs (not excluded), `excluded` (with `with_excluded`), the largest load of its
     runs, per value its mean, 95 % CI half-width and n."""
-    out = []
-    for a in figlib.aggregate(rows, point, values):
-        key = tuple(a[k] for k in point)
-        kept = [r for r in rows if tuple(r.get(k) for k in point) == key and not r.get("excluded")]
-        row: dict[str, Any] = {k: a[k] for k in point}
-        row["runs"] = a["runs"]
-        if with_excluded:
-            row["excluded"] = a["excluded"]
-        row["load_max"] = max((r["load_max"] for r in kept if r.get("load_max") is not None), default=None)
-        for k in values:
-            row[k], row[f"{k}_ci95"], row[f"{k}_n"] = a[k], a[f"{k}_ci95"], a[f"{k}_n"]
-        out.append(row)
-    return out
+    return summarise(rows, point, values, excluded=with_excluded, extra={"load_max": largest("load_max")})
 
 
 def cost_model(runs: list[dict]) -> dict[str, Any] | None:
@@ -185,81 +173,58 @@ def markdown_tables(agg: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def tables(src: Path, dst: Path | None = None) -> tuple[list[dict], list[dict], dict | None]:
-    """summary.csv, summary.json and tables.md under `dst` (default `src`) from `src`/runs.csv alone; returns (runs,
-    points, cost model)."""
-    dst = dst or src
-    rows = figlib.read_csv(src / "runs.csv")
+def tables(rows: list[dict], dst: Path) -> tuple[list[dict], dict | None]:
+    """summary.csv, summary.json and tables.md under `dst` from runs.csv's rows alone; returns (points, cost
+    model)."""
     keys = set().union(*(r.keys() for r in rows)) if rows else set(POINT) | set(VALUES) | {"excluded"}
     point = tuple(k for k in POINT if k in keys)
     values = tuple(k for k in VALUES if k in keys)
     agg = aggregate(rows, point, values, "excluded" in keys)
-    kept = [r for r in rows if not r.get("excluded")]
-    model = cost_model(kept)
+    runs = kept(rows)
+    model = cost_model(runs)
     if model:
         model["marginal_ceiling_2cores"] = {n: marginal_ceiling(model, n) for n in (4, 8, 12, 16, 24, 32, 48, 71)}
-    figlib.write_csv(dst / "summary.csv", agg)
-    doc = {"runs": len(kept), **({"excluded": len(rows) - len(kept)} if "excluded" in keys else {}),
+    doc = {"runs": len(runs), **({"excluded": len(rows) - len(runs)} if "excluded" in keys else {}),
            "paper": PAPER, "cost_model": model, "points": agg}
-    (dst / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
-    (dst / "tables.md").write_text(markdown_tables(agg))
-    return rows, agg, model
+    write_summary(dst, agg, doc, markdown_tables(agg))
+    return agg, model
 
 
 def with_series(rows: list[dict], src: Path) -> list[dict]:
     """The runs (not excluded) with their rate series (rate_series.csv), for the figures."""
     f = src / "rate_series.csv"
     series = {s["run"]: s["series"] for s in figlib.read_csv(f)} if f.exists() else {}
-    out = []
-    for r in rows:
-        if not r.get("excluded"):
-            name = r.get("run") or Path(str(r.get("run_dir") or "")).name
-            out.append(dict(r, rate_series=series.get(name) or []))
-    return out
+    return [dict(r, rate_series=series.get(r.get("run") or Path(str(r.get("run_dir") or "")).name) or [])
+            for r in kept(rows)]
 
 
 # --- CLI ----------------------------------------------------------------------------------------------------------
 
-def report(out: Path, rows: list[dict], agg: list[dict], model: dict | None) -> None:
-    from analysis.figures_qsm_plots import draw
+def main(argv: list[str] | None = None) -> int:
+    def runs(a) -> list[dict]:
+        rows = figlib.collect(a.dirs, qsm_values(read_cpu(a.cpu)), point=POINT, faithful_only=a.faithful_only,
+                              load=figlib.read_load(a.load))
+        figlib.write_csv(a.out / "rate_series.csv", series_rows(rows))      # takes each run's series out of its row
+        figlib.write_csv(a.out / "shares.csv", share_rows(rows))
+        return rows
 
-    draw(out, with_series(rows, out), agg, model)
-    if model:
+    def options(ap, tables: bool) -> None:
+        if not tables:
+            ap.add_argument("--cpu", type=Path, default=None, help="benchmarks/bench_qsm.py --watch's log")
+            ap.add_argument("--faithful-only", action="store_true", help="exclude the runs the judges found unfaithful")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything but the per-run CSVs from runs.csv, as `tables` does
+    a, rows = command_line(argv[1:] if argv[:1] == ["runs"] else argv, __doc__, runs, options=options, reread=True)
+    agg, model = tables(rows, a.out)
+    if a.draw:
+        from analysis.figures_qsm_plots import draw
+        draw(a.out, with_series(rows, a.source), agg, model)
+    if model and not a.tables:
         print(f"cost model over {model['runs']} runs: {model['fixed_core_per_member']:.4f} cores per member + "
               f"{1e6 * model['cpu_s_per_receipt']:.1f} us per receipt (rms residual {model['rms_residual_s']:.1f} s "
               f"of {model['mean_cpu_s']:.1f}); 2-core marginal ceiling: {model['marginal_ceiling_2cores']}")
-    print(markdown_tables(agg))
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["tables"]:
-        ap = argparse.ArgumentParser(prog="figures_qsm tables", description="the tables again, from runs.csv alone")
-        ap.add_argument("dir", type=Path, help="a results directory (runs.csv, rate_series.csv)")
-        ap.add_argument("--out", type=Path, default=None, help="where to write them (default: the directory)")
-        ap.add_argument("--figures", action="store_true", help="draw the figures too")
-        a = ap.parse_args(argv[1:])
-        out = a.out or a.dir
-        out.mkdir(parents=True, exist_ok=True)
-        rows, agg, model = tables(a.dir, out)
-        if a.figures:
-            from analysis.figures_qsm_plots import draw
-            draw(out, with_series(rows, a.dir), agg, model)
-        return 0
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+", type=Path, help="sweep directories (points/) or run directories")
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--load", type=Path, default=None, help="a `unix-time load1 load5 load15` log")
-    ap.add_argument("--cpu", type=Path, default=None, help="benchmarks/bench_qsm.py --watch's log")
-    ap.add_argument("--faithful-only", action="store_true", help="exclude the runs the judges found unfaithful")
-    a = ap.parse_args(argv[1:] if argv[:1] == ["runs"] else argv)
-    rows = figlib.collect(a.dirs, qsm_values(read_cpu(a.cpu)), point=POINT, faithful_only=a.faithful_only,
-                          load=figlib.read_load(a.load))
-    a.out.mkdir(parents=True, exist_ok=True)
-    figlib.write_csv(a.out / "rate_series.csv", series_rows(rows))
-    figlib.write_csv(a.out / "shares.csv", share_rows(rows))
-    figlib.write_csv(a.out / "runs.csv", rows)
-    report(a.out, *tables(a.out))
+    if not a.tables:
+        print(markdown_tables(agg))
     return 0
 
 

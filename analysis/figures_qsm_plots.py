@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.figlib import pyplot
+from analysis.figlib import pyplot, save
 from analysis.figures_qsm import PAPER, POINT, marginal_ceiling
 
 
@@ -69,15 +69,7 @@ def fig9(agg: list[dict], path: Path, model: dict | None = None) -> None:
     for ax in (a1, a2):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    _save(plt, fig, path)
-
-
-def _save(plt, fig, path: Path, title: str | None = None) -> None:
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def fig12_13(agg: list[dict], path: Path) -> None:
@@ -102,7 +94,7 @@ def fig12_13(agg: list[dict], path: Path) -> None:
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    _save(plt, fig, path, "Figures 12-13 here: throughput and recovery vs partition size")
+    save(fig, path, title="Figures 12-13 here: throughput and recovery vs partition size")
 
 
 def fig_latency(agg: list[dict], keys: tuple[str, str], ylabel: str, title: str, path: Path,
@@ -129,7 +121,7 @@ def fig_latency(agg: list[dict], keys: tuple[str, str], ylabel: str, title: str,
         ax.set_xlabel("members")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    _save(plt, fig, path, title)
+    save(fig, path, title=title)
 
 
 def fig17(runs: list[dict], path: Path) -> None:
@@ -147,7 +139,7 @@ def fig17(runs: list[dict], path: Path) -> None:
     ax.set_title("Figure 17 here: sending rate over time (1 s samples, unsmoothed)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    _save(plt, fig, path)
+    save(fig, path)
 
 
 def series_over(rows: list[dict], x: str) -> dict[tuple, list[dict]]:
@@ -198,7 +190,7 @@ def fig1(agg: list[dict], path: Path) -> None:
         ax.set_xlabel("groups G (all on the same members, one sender round robin)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    _save(plt, fig, path, "Figure 1 here: multicast rate vs the number of groups")
+    save(fig, path, title="Figure 1 here: multicast rate vs the number of groups")
 
 
 def fig15(agg: list[dict], path: Path) -> None:
@@ -224,7 +216,7 @@ def fig15(agg: list[dict], path: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    _save(plt, fig, path, "Figure 15 here: throughput and recovery vs the token rate")
+    save(fig, path, title="Figure 15 here: throughput and recovery vs the token rate")
 
 
 def fig16(agg: list[dict], runs: list[dict], path: Path) -> None:
@@ -255,7 +247,7 @@ def fig16(agg: list[dict], runs: list[dict], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[2].set_ylim(0, 1.05)
-    _save(plt, fig, path, "Figure 16 here: total throughput and fair sharing vs the number of senders")
+    save(fig, path, title="Figure 16 here: total throughput and fair sharing vs the number of senders")
 
 
 def draw(out: Path, runs: list[dict], agg: list[dict], model: dict | None = None) -> None:

@@ -25,14 +25,12 @@ runs.csv alone.
 """
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from analysis import figlib
-from analysis.figures_pbcast_lib import (ci_cell, excluded_note, f, kept, md_rows, project, summarise,
-                                        write_json)
+from analysis.figtables import ci_cell, md_rows, show, summarise
 
 KINDS = ("fig10", "table2")
 # Table 2 of seed 001: k -> (mean latency at the sender ms, max ms, group throughput multicasts/s)
@@ -60,11 +58,11 @@ VALUES = {
 
 def values(kind: str = "fig10") -> figlib.Values:
     """The values function of both kinds: the vsync plug-in's run_values as `COLUMNS` names them."""
-    return project(COLUMNS, ("vsync",), "vsync")
+    return figlib.projection(COLUMNS, ("vsync",), "vsync")
 
 
 def aggregate(kind: str, rows: list[dict]) -> list[dict]:
-    return summarise(rows, POINT[kind], VALUES[kind], largest=True)
+    return summarise(rows, POINT[kind], VALUES[kind], largest_max=True)
 
 
 def _order(v: Any) -> tuple:
@@ -73,12 +71,10 @@ def _order(v: Any) -> tuple:
 
 def seconds(v: Any) -> float | None:
     """'500ms' / '1s' / 0.5 -> seconds (None stays None): the experiment files' durations (us, ms, s)."""
-    if v is None or isinstance(v, (int, float)):
-        return None if v is None else float(v)
-    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)\s*(us|ms|s)?\s*", str(v))
-    if not m:
+    x = figlib.as_number(v)
+    if x is None and v is not None:
         raise ValueError(f"{v!r}: not a duration (us, ms, s)")
-    return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}[m.group(2)]
+    return x
 
 
 def vc_model(n: int, defer_s: float) -> float:
@@ -89,12 +85,6 @@ def vc_model(n: int, defer_s: float) -> float:
 
 
 # --- figures ------------------------------------------------------------------------------------------------------
-
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    figlib.pyplot().close(fig)
-
 
 def fig10_figure(agg: list[dict], path: Path) -> None:
     """Figure 10: (a) throughput at the unperturbed members (per 1 s and Figure 1's 500 ms windows) and the
@@ -138,7 +128,7 @@ def fig10_figure(agg: list[dict], path: Path) -> None:
     for ax in (a1, a2):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    _save(fig, path)
+    figlib.save(fig, path)
 
 
 def table2_figure(agg: list[dict], path: Path) -> None:
@@ -168,12 +158,12 @@ def table2_figure(agg: list[dict], path: Path) -> None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    _save(fig, path)
+    figlib.save(fig, path)
 
 
 # --- tables -------------------------------------------------------------------------------------------------------
 
-def markdown(kind: str, agg: list[dict]) -> str:
+def markdown(kind: str, agg: list[dict], more: dict | None = None) -> str:
     """tables.md of `kind`: a row per point, cells mean ± 95 % CI half-width (n)."""
     out: list[str] = ["Mean ± 95 % CI half-width (Student t), the number of runs in brackets.", ""]
     if kind == "fig10":
@@ -190,28 +180,24 @@ def markdown(kind: str, agg: list[dict]) -> str:
         out += md_rows(["k", "ack defer", "runs", "avg latency at the sender (ms)", "paper",
                         "max latency at the sender (ms)", "paper", "largest over runs", "group throughput (msgs/s)",
                         "paper", "median latency (ms)", "p99", "view change (s)", "sends refused"],
-                       [[str(a["k"]), f(a.get("ack_defer")), str(a["runs"]), ci_cell(a, "own_mean_ms"),
-                         f(paper[a["k"]][0], "{:.2f}"), ci_cell(a, "own_max_ms"), f(paper[a["k"]][1], "{:.2f}"),
-                         f(a.get("own_max_ms_largest"), "{:.2f}"), ci_cell(a, "throughput_1s"),
-                         f(paper[a["k"]][2], "{:.2f}"), ci_cell(a, "own_median_ms"), ci_cell(a, "own_p99_ms"),
+                       [[str(a["k"]), show(a.get("ack_defer")), str(a["runs"]), ci_cell(a, "own_mean_ms"),
+                         show(paper[a["k"]][0], "{:.2f}"), ci_cell(a, "own_max_ms"), show(paper[a["k"]][1], "{:.2f}"),
+                         show(a.get("own_max_ms_largest"), "{:.2f}"), ci_cell(a, "throughput_1s"),
+                         show(paper[a["k"]][2], "{:.2f}"), ci_cell(a, "own_median_ms"), ci_cell(a, "own_p99_ms"),
                          ci_cell(a, "vc_mean_s", "{:.3f}"), ci_cell(a, "refused", "{:.1f}")] for a in agg])
     return "\n".join(out)
 
 
-def write_tables(kind: str, rows: list[dict], out: Path, draw: bool = True) -> list[dict]:
-    """summary.csv/.json and tables.md (and the figure, `draw`) of `kind` from the rows (collected, or a committed
-    runs.csv)."""
-    agg = aggregate(kind, rows)
-    figlib.write_csv(out / "summary.csv", agg)
-    doc: dict[str, Any] = {"kind": kind, "runs": len(kept(rows)), "points": agg}
-    if kind == "table2":
-        doc["paper"] = {str(k): {"own_mean_ms": v[0], "own_max_ms": v[1], "throughput": v[2]}
-                        for k, v in PAPER_TABLE2.items()}
-    write_json(out / "summary.json", doc)
-    (out / "tables.md").write_text(markdown(kind, agg) + excluded_note(rows))
-    if draw:
-        (fig10_figure if kind == "fig10" else table2_figure)(agg, out / f"{kind}.png")
-    return agg
+def summary(kind: str, rows: list[dict], agg: list[dict]) -> dict[str, Any]:
+    """summary.json's entries beyond the points (figures_pbcast_more.write_tables writes them): Table 2's paper."""
+    if kind != "table2":
+        return {}
+    return {"paper": {str(k): {"own_mean_ms": v[0], "own_max_ms": v[1], "throughput": v[2]}
+                      for k, v in PAPER_TABLE2.items()}}
+
+
+def figure(kind: str, agg: list[dict], more: dict, out: Path) -> None:
+    (fig10_figure if kind == "fig10" else table2_figure)(agg, out / f"{kind}.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,8 +10,8 @@ degree; shortest path ~ ln n / ln d, d the mean out-degree). HyParView runs with
 one-by-one joins) are their own row. A run that did not complete, or that its judges call unfaithful, stays in
 runs.csv with the reason and is not counted.
 
-    .venv/bin/python -m analysis.table1_hyparview RUN_DIR... --out docs/results/hyparview-table1
-    .venv/bin/python -m analysis.table1_hyparview tables docs/results/hyparview-table1 [--out DIR]
+    .venv/bin/python -m analysis.table1_hyparview RUN_DIR... --out docs/results/hyparview-table1 [--load LOG]
+    .venv/bin/python -m analysis.table1_hyparview tables docs/results/hyparview-table1 [--out DIR] [--figures]
 
 Writes runs.csv, and from runs.csv alone (what `tables` regenerates from a committed runs.csv): summary.csv (per
 protocol and n: mean, 95 % CI half-width (Student t)), indegree.csv (needs runs.csv's `indegree`), table1.md; and
@@ -19,13 +19,14 @@ fig5_indegree.png.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 from analysis import figlib
-from analysis.hyparview_common import MARKERS, PROTOCOLS, TITLES, cell, projection, read_runs, summarise
+from analysis.figlib import kept
+from analysis.figtables import ci_cell, command_line, summarise
+from analysis.hyparview_common import MARKERS, PROTOCOLS, TITLES, read_runs
 
 # §5.4, Table 1 (10 000 nodes, PeerSim, after 50 cycles); CyclonAcked is not in the table
 PAPER = {"cyclon": {"clustering": 0.006836, "shortest_path": 2.60426, "max_hops": 10.6},
@@ -47,10 +48,10 @@ TABLES = (("clustering", "clustering_random", "{:.4f}", "average clustering coef
           ("max_hops", None, "{:.1f}", "maximum hops to delivery (mean over broadcasts)"))
 
 
-def collect(paths: list[Path]) -> list[dict[str, Any]]:
+def collect(paths: list[Path], load: list[tuple[float, float]] | None = None) -> list[dict[str, Any]]:
     """One row per run (figlib.collect over the plug-ins' values); a HyParView run with one-by-one joins has the
     row label SEQUENTIAL as its `protocol`."""
-    rows = figlib.collect(paths, projection(COLUMNS), POINT, faithful_only=True)
+    rows = figlib.collect(paths, figlib.projection(COLUMNS), POINT, faithful_only=True, load=load)
     for r in rows:
         if r.get("join_interval_s"):
             r["protocol"] = SEQUENTIAL
@@ -80,12 +81,12 @@ def indegree_rows(runs: list[dict]) -> list[dict]:
 def tables(rows: list[dict], out: Path) -> tuple[list[dict], list[dict] | None]:
     """summary.csv, indegree.csv (when runs.csv has the in-degrees) and table1.md from runs.csv's rows; (the
     points, the in-degree rows or None)."""
-    agg = summarise(rows, POINT, VALUES, _order, counts=False)
+    agg = summarise(kept(rows), POINT, VALUES, excluded=False, counts=False, order=_order)
     out.mkdir(parents=True, exist_ok=True)
     figlib.write_csv(out / "summary.csv", agg)
     indeg = None
     if any("indegree" in r for r in rows):
-        indeg = indegree_rows([r for r in rows if not r.get("excluded")])
+        indeg = indegree_rows(kept(rows))
         figlib.write_csv(out / "indegree.csv", indeg)
     (out / "table1.md").write_text(markdown(agg))
     return agg, indeg
@@ -104,7 +105,7 @@ def markdown(agg: list[dict]) -> str:
             cells = []
             for p in protos:
                 r = by.get((p, n))
-                c = cell(r, key, fmt)
+                c = ci_cell(r, key, fmt, n=False)
                 if rand and r is not None and r.get(rand) is not None:
                     c += f" [{fmt.format(r[rand])}]"
                 if r is not None:
@@ -131,34 +132,24 @@ def fig_indegree(rows: list[dict], path: Path) -> None:
         ax.set_title(f"Figure 5: in-degree after ~80 cycles, {n} members", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    figlib.save(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["tables"]:
-        ap = argparse.ArgumentParser(prog="table1_hyparview tables",
-                                     description="the tables from a results directory's runs.csv alone")
-        ap.add_argument("results", type=Path, help="a directory with runs.csv (docs/results/hyparview-table1)")
-        ap.add_argument("--out", type=Path, default=None, help="where to write (default: the same directory)")
-        a = ap.parse_args(argv[1:])
-        tables(read_runs(a.results / "runs.csv"), a.out or a.results)
-        return 0
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="run directories (or directories holding them)")
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    rows = collect(a.runs)
-    for r in rows:
-        if r["excluded"]:
-            print(f"{r['run']}: {r['excluded']}, not counted", file=sys.stderr)
-    figlib.write_csv(a.out / "runs.csv", rows)
-    agg, indeg = tables(read_runs(a.out / "runs.csv"), a.out)     # everything else from runs.csv, as `tables`
-    if indeg:
+    def runs(a) -> list[dict]:
+        rows = collect(a.dirs, figlib.read_load(a.load) if a.load else None)
+        for r in rows:
+            if r["excluded"]:
+                print(f"{r['run']}: {r['excluded']}, not counted", file=sys.stderr)
+        return rows
+
+    # everything but runs.csv from runs.csv, as `tables` does
+    a, rows = command_line(argv, __doc__, runs, read=read_runs, reread=True)
+    agg, indeg = tables(rows, a.out)
+    if a.draw and indeg:
         fig_indegree(indeg, a.out / "fig5_indegree.png")
-    print(markdown(agg))
+    if not a.tables:
+        print(markdown(agg))
     return 0
 
 

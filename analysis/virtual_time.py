@@ -16,14 +16,12 @@ pbcast's throughput, and from the manifest and judges.json for the budgets.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
 import sys
 from pathlib import Path
-from typing import Any
 
 from analysis.doc import fmt
+from analysis.figlib import number, read_csv, write_csv
 from analysis.stats import mean_ci, welch
 
 # The key metrics of each small experiment's report (analysis/protocols/<p>.py key_metrics, the generic ones).
@@ -38,31 +36,6 @@ KEY_METRICS = {
     "hyparview": ("reliability_before", "reliability_after", "reliability_after_first", "cycles_to_heal"),
 }
 ALPHA = 0.05
-
-
-def _num(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-def write_rows(path: Path, rows: list[dict]) -> None:
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()})
-
-
-def read_rows(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
 
 
 def _json(path: Path) -> dict:
@@ -113,8 +86,8 @@ def transparency_table(rows: list[dict]) -> str:
         rs = [r for r in rows if r["experiment"] == exp and not r.get("excluded")]
         protocol = next((r["protocol"] for r in rs if r.get("protocol")), "")
         for k in (*KEY_METRICS.get(protocol, ()), *COMMON):
-            a = [x for r in rs if _num(r["dilation"]) == 1 and (x := _num(r.get(k))) is not None]
-            b = [x for r in rs if _num(r["dilation"]) == 4 and (x := _num(r.get(k))) is not None]
+            a = [x for r in rs if number(r["dilation"]) == 1 and (x := number(r.get(k))) is not None]
+            b = [x for r in rs if number(r["dilation"]) == 4 and (x := number(r.get(k))) is not None]
             if not a and not b:
                 continue
             (ma, ca), (mb, cb) = mean_ci(a), mean_ci(b)
@@ -185,16 +158,16 @@ def load_table(rows: list[dict]) -> str:
             rs = [r for r in rows if r["kind"] == kind and r["config"] == config and not r.get("excluded")]
             if not rs:
                 continue
-            q = [x for r in rs if r["condition"] == "quiet" and (x := _num(r.get("throughput"))) is not None]
-            lo = [x for r in rs if r["condition"] == "loaded" and (x := _num(r.get("throughput"))) is not None]
+            q = [x for r in rs if r["condition"] == "quiet" and (x := number(r.get("throughput"))) is not None]
+            lo = [x for r in rs if r["condition"] == "loaded" and (x := number(r.get("throughput"))) is not None]
             (mq, cq), (ml, cl) = mean_ci(q), mean_ci(lo)
             w = welch(lo, q)
             ratio = ml / mq if mq and ml is not None else None
             overlap = (mq is not None and ml is not None and cq is not None and cl is not None
                        and abs(ml - mq) <= cq + cl)
             ok = ratio is not None and (abs(ratio - 1) <= 0.05 or overlap)
-            ns = sorted({_num(r["dilation"]) for r in rs})
-            loads = [f"{fmt(statistics_mean([_num(r.get('load_mean')) for r in rs if r['condition'] == c]))}"
+            ns = sorted({number(r["dilation"]) for r in rs})
+            loads = [f"{fmt(statistics_mean([number(r.get('load_mean')) for r in rs if r['condition'] == c]))}"
                      for c in ("quiet", "loaded")]
             label = "budgets + auto" if config == "budget" else "N = 1, no budget (today's)"
             out.append(f"| {kind} | {label} | {fmt(mq)} ± {fmt(cq)} ({len(q)}) | {fmt(ml)} ± {fmt(cl)} ({len(lo)}) "
@@ -228,9 +201,9 @@ def probe_table(rows: list[dict]) -> str:
     out = ["| path | hops | N | configured RTT: 2 x Σ (delay + serialisation) (ms) | measured median, virtual (ms) | "
            "error | within ± 0.3 % |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        e = _num(r.get("rel_error"))
-        out.append(f"| {r['src']} → {r['dst']} | {r['hops']} | {fmt(_num(r['dilation']))} | "
-                   f"{fmt(_num(r['expected_rtt_ms']))} | {fmt(_num(r['median_rtt_ms']))} | "
+        e = number(r.get("rel_error"))
+        out.append(f"| {r['src']} → {r['dst']} | {r['hops']} | {fmt(number(r['dilation']))} | "
+                   f"{fmt(number(r['expected_rtt_ms']))} | {fmt(number(r['median_rtt_ms']))} | "
                    f"{'–' if e is None else f'{e:+.3%}'} | {'yes' if e is not None and abs(e) <= 0.003 else '**no**'} |")
     return "\n".join(out) + "\n"
 
@@ -258,8 +231,8 @@ def budget_table(rows: list[dict]) -> str:
     out = ["| run | process | members | N | budget (virtual cores) | used over the run (virtual cores) | error | "
            "periods throttled |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        b, u = _num(r["budget_virtual_cores"]), _num(r["virtual_cores_used"])
-        out.append(f"| {Path(r['run_dir']).name} | {r['unit']} | {r['members']} | {fmt(_num(r['dilation']))} | "
+        b, u = number(r["budget_virtual_cores"]), number(r["virtual_cores_used"])
+        out.append(f"| {Path(r['run_dir']).name} | {r['unit']} | {r['members']} | {fmt(number(r['dilation']))} | "
                    f"{fmt(b)} | {fmt(u)} | {'–' if b is None or u is None else f'{u - b:+.4f}'} | "
                    f"{r['nr_throttled']} of {r['nr_periods']} |")
     return "\n".join(out) + "\n"
@@ -285,12 +258,12 @@ def undilated_table(rows: list[dict]) -> str:
            "|---|---|---|---|---|---|"]
     for check in sorted({r["check"] for r in rows if r["check"] != "arp"}):
         rs = [r for r in rows if r["check"] == check and not r.get("excluded")]
-        ns = sorted({_num(r["dilation"]) for r in rs} - {1.0, None})
+        ns = sorted({number(r["dilation"]) for r in rs} - {1.0, None})
         for k in UNDILATED_METRICS:
-            a = [x * (1000 if k.endswith("_s") else 1) for r in rs if _num(r["dilation"]) == 1
-                 and (x := _num(r.get(k))) is not None]
-            b = [x * (1000 if k.endswith("_s") else 1) for r in rs if _num(r["dilation"]) in ns
-                 and (x := _num(r.get(k))) is not None]
+            a = [x * (1000 if k.endswith("_s") else 1) for r in rs if number(r["dilation"]) == 1
+                 and (x := number(r.get(k))) is not None]
+            b = [x * (1000 if k.endswith("_s") else 1) for r in rs if number(r["dilation"]) in ns
+                 and (x := number(r.get(k))) is not None]
             (ma, ca), (mb, cb) = mean_ci(a), mean_ci(b)
             unit = " (virtual ms)" if k.endswith("_s") else ""
             out.append(f"| {check} | {k.removesuffix('_s')}{unit} | {fmt(ma)} ± {fmt(ca)} ({len(a)}) | "
@@ -300,8 +273,8 @@ def undilated_table(rows: list[dict]) -> str:
     if arp:
         out += ["", "| ARP: the first ping's extra RTT (first − second) | N | trials | median, real ms | max, real ms | "
                     "median, virtual ms |", "|---|---|---|---|---|---|"]
-        for n in sorted({_num(r["dilation"]) for r in arp}):
-            xs = sorted(_num(r["first_ms"]) - _num(r["second_ms"]) for r in arp if _num(r["dilation"]) == n)
+        for n in sorted({number(r["dilation"]) for r in arp}):
+            xs = sorted(number(r["first_ms"]) - number(r["second_ms"]) for r in arp if number(r["dilation"]) == n)
             med = xs[len(xs) // 2] if xs else None
             out.append(f"| neighbour resolution | {n:g} | {len(xs)} | {fmt(med)} | {fmt(max(xs) if xs else None)} | "
                        f"{fmt(med / n if med is not None else None)} |")
@@ -315,8 +288,8 @@ TABLES = {"transparency": transparency_table, "load": load_table, "probe": probe
 
 
 def _write(out: Path, name: str, rows: list[dict]) -> None:
-    write_rows(out / f"{name}_runs.csv", rows)
-    (out / f"{name}.md").write_text(TABLES[name](read_rows(out / f"{name}_runs.csv")))
+    write_csv(out / f"{name}_runs.csv", rows)
+    (out / f"{name}.md").write_text(TABLES[name](read_csv(out / f"{name}_runs.csv", strings=True)))
     print(out / f"{name}.md")
 
 
@@ -350,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, table in TABLES.items():
             f = a.out / f"{name}_runs.csv"
             if f.exists():
-                (a.out / f"{name}.md").write_text(table(read_rows(f)))
+                (a.out / f"{name}.md").write_text(table(read_csv(f, strings=True)))
                 print(a.out / f"{name}.md")
     return 0
 

@@ -91,7 +91,7 @@ def test_tables_regenerate_from_the_csv(tmp_path):
     assert figlib.md_table(agg, cols).splitlines()[2].startswith("| 8 | 2 ± 12.7")
     figlib.write_csv(tmp_path / "r.csv", rows)
     assert figlib.read_csv(tmp_path / "r.csv")[2]["note"] == [1, 2]
-    assert math.isnan(float("nan")) and figlib._num(float("nan")) is None
+    assert math.isnan(float("nan")) and figlib.number(float("nan")) is None
 
 
 def test_line_figure(tmp_path):

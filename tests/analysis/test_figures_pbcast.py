@@ -127,7 +127,7 @@ def test_run_values_equal_the_spark_throughput_tables(spark, tmp_path):
                                            workload_span)
     from analysis.rundir import load
     run_dir = make_run(tmp_path / "r", random_log(), 8, "tradvsync", shift=0.0)
-    v = fp.project((("v", "throughput_unperturbed_per_s"),), fp.PROTOCOLS)   # the script's path to the plug-in
+    v = figlib.projection((("v", "throughput_unperturbed_per_s"),), fp.PROTOCOLS)   # the script's path to the plug-in
     rd = load(run_dir)
     from analysis import protocols
     values = protocols.get("tradvsync").run_values(rd)
