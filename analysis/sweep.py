@@ -33,10 +33,10 @@ from typing import Any
 
 from analysis import protocols
 from analysis.doc import Doc, Figure, Heading, Para, Table, fmt, write
-from analysis.figlib import pyplot, write_csv
+from analysis.figlib import as_number, pyplot, save, write_csv
 from analysis.protocols import ProtocolAnalysis
 from analysis.rundir import AnalysisError, load
-from analysis.stats import mean_ci, t975  # noqa: F401 - also imported from here
+from analysis.stats import mean_ci
 
 GENERIC_NOTE = ("Per point the mean over the repetitions ± the half-width of the 95 % confidence interval (Student t) "
                 "of each run's mean delivery ratio, latency median and p90 over all receipts, control share of the "
@@ -167,22 +167,6 @@ def aggregate(rows: list[dict], values: tuple[str, ...], point_keys: tuple[str, 
 
 # --- figures (generic helpers; the plug-in chooses) ------------------------------------------------------------------
 
-def as_number(v: Any) -> float | None:
-    """A coordinate's value as a number: 100, '100', '2s', '500ms' or '20us' (seconds); None when it is a label."""
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        pass
-    s = str(v).strip()
-    for unit, mult in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0)):
-        if s.endswith(unit):
-            try:
-                return float(s[:-len(unit)]) * mult
-            except ValueError:
-                return None
-    return None
-
-
 def series(agg: list[dict], x: str, x_axis: str | None) -> dict[str, list[dict]]:
     """Rows with a numeric x grouped into lines. A line's label is the coordinates that tell lines apart: not the
     x axis, not an axis with one value, and not an axis whose value is x itself (a named axis such as `n`
@@ -219,14 +203,6 @@ def plot_lines(ax, lines: dict[str, list[dict]], x: str, y: str, marker: str = "
         ax.legend(fontsize=7)
 
 
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
-    return path
-
-
 def pair_figure(lines: dict[str, list[dict]], x: str, xlabel: str, left: tuple[str, str, str],
                 right: tuple[str, str, str], path: Path) -> Path:
     """Two panels side by side against `x`; each (value, y label, title); mean ± 95 % CI per line."""
@@ -235,7 +211,7 @@ def pair_figure(lines: dict[str, list[dict]], x: str, xlabel: str, left: tuple[s
         plot_lines(ax, lines, x, metric)
         ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
         ax.set_ylim(bottom=0)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def line_figure(lines: dict[str, list[dict]], x: str, y: str, xlabel: str, ylabel: str, title: str,
@@ -245,7 +221,7 @@ def line_figure(lines: dict[str, list[dict]], x: str, y: str, xlabel: str, ylabe
     plot_lines(ax, lines, x, y)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.set_ylim(bottom=0)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def figures(index: dict, agg: list[dict], figdir: Path,

@@ -11,15 +11,16 @@ from typing import Any
 
 import pytest
 
+from analysis import stats
 from analysis import sweep as sa
 from analysis.protocols import gsgc, gsgc_values
 
 
 def test_mean_ci_uses_student_t():
-    m, ci = sa.mean_ci([10.0, 12.0])
+    m, ci = stats.mean_ci([10.0, 12.0])
     assert m == 11.0 and ci == pytest.approx(12.7062 * math.sqrt(2) / math.sqrt(2), rel=1e-4)
-    assert sa.mean_ci([5.0]) == (5.0, None) and sa.mean_ci([]) == (None, None)
-    assert sa.mean_ci([1.0, None, float("inf"), 3.0])[0] == 2.0
+    assert stats.mean_ci([5.0]) == (5.0, None) and stats.mean_ci([]) == (None, None)
+    assert stats.mean_ci([1.0, None, float("inf"), 3.0])[0] == 2.0
 
 
 
@@ -28,18 +29,18 @@ def test_mean_ci_uses_student_t():
 def test_t975_is_the_student_t_quantile_above_30_df_too(df, q):
     """Printed tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2, 4 decimals): above 30 degrees of freedom the
     quantile is still above the normal's 1.96, so a fixed 1.96 made the intervals of 31..∞ repetitions too narrow."""
-    assert sa.t975(df) == pytest.approx(q, abs=6e-5)
-    assert sa.t975(df) > 1.959964
+    assert stats.t975(df) == pytest.approx(q, abs=6e-5)
+    assert stats.t975(df) > 1.959964
 
 
 def test_t975_rejects_no_degrees_of_freedom():
     with pytest.raises(ValueError):
-        sa.t975(0)
+        stats.t975(0)
 
 
 def test_mean_ci_of_many_repetitions_uses_t_not_196():
     xs = [float(i % 7) for i in range(41)]                  # 40 degrees of freedom
-    m, ci = sa.mean_ci(xs)
+    m, ci = stats.mean_ci(xs)
     assert ci == pytest.approx(2.0211 * statistics.stdev(xs) / math.sqrt(41), rel=1e-4)
 
 
