@@ -191,20 +191,27 @@ def probe_rows(doc: dict) -> list[dict]:
     rows = []
     for p in doc.get("paths") or []:
         med, exp = p.get("median_rtt_ms"), p.get("expected_rtt_ms")
+        rtts = p.get("rtt_ms") or []
         rows.append({"src": p["src"], "dst": p["dst"], "hops": p["hops"], "dilation": doc.get("dilation", 1.0),
-                     "expected_rtt_ms": exp, "median_rtt_ms": med, "sent": p.get("sent"),
-                     "received": p.get("received"), "rel_error": (med - exp) / exp if med is not None and exp else None})
+                     "expected_rtt_ms": exp, "median_rtt_ms": med, "min_rtt_ms": min(rtts, default=None),
+                     "max_rtt_ms": max(rtts, default=None), "sent": p.get("sent"), "received": p.get("received"),
+                     "rel_error": (med - exp) / exp if med is not None and exp else None})
     return rows
 
 
 def probe_table(rows: list[dict]) -> str:
     out = ["| path | hops | N | configured RTT: 2 x Σ (delay + serialisation) (ms) | measured median, virtual (ms) | "
-           "error | within ± 0.3 % |", "|---|---|---|---|---|---|---|"]
+           "min – max | pings | error of the median | within ± 0.3 % |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         e = number(r.get("rel_error"))
         out.append(f"| {r['src']} → {r['dst']} | {r['hops']} | {fmt(number(r['dilation']))} | "
                    f"{fmt(number(r['expected_rtt_ms']))} | {fmt(number(r['median_rtt_ms']))} | "
+                   f"{fmt(number(r.get('min_rtt_ms')))} – {fmt(number(r.get('max_rtt_ms')))} | "
+                   f"{r.get('received')}/{r.get('sent')} | "
                    f"{'–' if e is None else f'{e:+.3%}'} | {'yes' if e is not None and abs(e) <= 0.003 else '**no**'} |")
+    out.append("")
+    out.append("ping prints a round trip of 100 ms or more in whole milliseconds: at N = 10 that is a resolution of "
+               "0.1 virtual ms (0.14 % of a 70.8 ms hop), finer than the ± 0.3 % asked.")
     return "\n".join(out) + "\n"
 
 
