@@ -50,10 +50,11 @@ def measured_cpu(points: dict) -> Measured | None:
     judged = [e["fidelity"] for e in points.values() if isinstance(e.get("fidelity"), dict)]
     each = [v for j in judged if (v := _virtual(j, "member_cores_each")) is not None]
     dl = [v for j in judged if (v := _virtual(j, "delayline_cores")) is not None]
+    waits = [j["cpu_wait_ms"] * (j.get("dilation") or 1.0) for j in judged if j.get("cpu_wait_ms") is not None]
     if not each and not dl:
         return None
     return Measured(max(each) if each else None, max(dl) if dl else None,
-                    f"the largest of {len(judged)} finished point(s) of this sweep")
+                    f"the largest of {len(judged)} finished point(s) of this sweep", max(waits) if waits else None)
 
 
 def measured_from(path: str | Path) -> Measured:
@@ -69,7 +70,7 @@ def measured_from(path: str | Path) -> Measured:
     if m is None or m.member_cores_each is None:
         raise SpecError(f"--cpu-from {path}: it measured no member CPU (a run of this version on a local backend "
                         f"measures it)")
-    return Measured(m.member_cores_each, m.daemon_cores, f"--cpu-from {path}")
+    return Measured(m.member_cores_each, m.daemon_cores, f"--cpu-from {path}", m.cpu_wait_real_ms)
 
 
 def check_fit(prepared: dict[str, tuple[dict, str]], todo: list[sw.Point], k: int, old_points: dict) -> sw.Fit:

@@ -27,6 +27,8 @@ __all__ = ["VirtualClock", "Dilation", "Measured", "resolve_dilation", "check_bu
            "LAB_CPU", "MEMBER_CPU_GUESS", "MEASURED_MARGIN", "PROCESS_MAX_CORES", "MIN_REAL_CORES"]
 
 CPU_HEADROOM = 0.8          # the share of the cores planned; the rest keeps the orchestrator and timers on time
+TARGET_CPU_WAIT_MS = 0.5    # auto: a member's measured wait for a CPU per wakeup, in virtual ms, at most this (half
+                            # the CPU-wait judge's 1 ms)
 LAB_CPU = 0.1               # real cores of the orchestrator and idle daemons, whatever N (not dilated)
 MEMBER_CPU_GUESS = 0.02     # virtual cores of a member without budget or measurement (the sweep's guess)
 MEASURED_MARGIN = 1.25      # a measured mean is not a peak
@@ -36,11 +38,15 @@ PROCESS_MAX_CORES = 1.0     # a member process (one asyncio thread) cannot use m
 @dataclass(frozen=True)
 class Measured:
     """CPU measured on an earlier run of the same setup, in virtual cores (real CPU seconds per virtual second):
-    `member_cores_each` (the member processes' total / members) and `daemon_cores` (delay line, captures)."""
+    `member_cores_each` (the member processes' total / members) and `daemon_cores` (delay line, captures); and
+    `cpu_wait_real_ms`: how long a member waited for a CPU each time it ran, in REAL ms (the CPU-wait judge's
+    virtual ms x that run's dilation) — members woken together (a multicast) queue for the cores whatever the
+    average load, and the dilation divides that wait."""
 
     member_cores_each: float | None = None
     daemon_cores: float | None = None
     source: str = ""
+    cpu_wait_real_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,13 @@ def resolve_dilation(requested: float | str, cpu: float | None, members: int, me
         by_process = cpu * members_per_process / PROCESS_MAX_CORES
         reasons.append(f"a process of {members_per_process} member(s) x budget {cpu:g} must get at most one real "
                        f"core: N >= {_fmt(by_process)}")
-    n = float(max(1, math.ceil(max(by_load, by_process) - 1e-9)))
+    by_wait = 0.0
+    wait = measured.cpu_wait_real_ms if measured else None
+    if wait:
+        by_wait = wait / TARGET_CPU_WAIT_MS
+        reasons.append(f"members woken together waited {_fmt(wait)} ms (real) for a CPU each time they ran "
+                       f"({measured.source}); at most {TARGET_CPU_WAIT_MS:g} ms virtual: N >= {_fmt(by_wait)}")
+    n = float(max(1, math.ceil(max(by_load, by_process, by_wait) - 1e-9)))
     if n > MAX_DILATION:
         raise ValueError(f"dilation auto: needs N = {n:g}, more than {MAX_DILATION:g} ({'; '.join(reasons)})")
     reasons.append(f"auto: N = {n:g}")

@@ -335,3 +335,14 @@ def test_pcap_times_become_virtual(tmp_path):
     (rd / "plan.json").write_text(json.dumps({"nodes": [], "links": []}))
     info = load_run(rd)
     assert info.clock == clock and info.t0 == 925.0 and info.end == 950.0
+
+
+def test_auto_counts_the_wait_of_members_woken_together():
+    # 64 members measured at 0.037 virtual cores each: the load alone needs 64 x 0.046 / 1.5 = 1.97 -> 2; but they
+    # waited 3.9 ms real for a CPU per wakeup (a multicast wakes them all): 3.9 / 0.5 -> N = 8
+    m = Measured(0.037, 0.0, "a pilot", cpu_wait_real_ms=3.9)
+    d = resolve_dilation("auto", 1.0, 64, 1, 2.0, m)
+    assert d.n == 8 and "waited 3.9 ms (real)" in d.reasons[-2]
+    assert resolve_dilation("auto", 1.0, 64, 1, 2.0, Measured(0.037, 0.0, "x")).n == 2
+    j = {"member_cores_each": 0.01, "dilation": 8, "cpu_wait_ms": 0.49}      # a judged point: 0.49 ms at N = 8
+    assert measured_cpu({"p": {"fidelity": j}}).cpu_wait_real_ms == pytest.approx(3.92)
