@@ -1,7 +1,7 @@
 """Seed 001's vsync measurements: Figure 10 (vsync's throughput and view-change time against the group size) and
 Table 2 (latency at the sender against the leader committee's size k), from runs of topologies/pbcast-fig10.yaml
-and pbcast-table2.yaml (and their -sweep files). Also reached as `python -m analysis.figures_pbcast_more
-{fig10|table2}`.
+and pbcast-table2.yaml (and their -sweep files). Its command line is figures_pbcast_more's (`python -m
+analysis.figures_pbcast_more {fig10|table2}`): one command line for seed 001's four kinds.
 
 Every per-run number is the vsync plug-in's (`run_values`, analysis/protocols/vsync.py and pbcast.py: the
 definitions are there); this script declares which (`COLUMNS`: its CSV column <- the run_values key), the point of
@@ -25,7 +25,6 @@ runs.csv alone.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -198,12 +197,3 @@ def summary(kind: str, rows: list[dict], agg: list[dict]) -> dict[str, Any]:
 
 def figure(kind: str, agg: list[dict], more: dict, out: Path) -> None:
     (fig10_figure if kind == "fig10" else table2_figure)(agg, out / f"{kind}.png")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from analysis.figures_pbcast_more import cli     # one command line for the four kinds of seed 001
-    return cli(argv, KINDS)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -127,7 +127,7 @@ def test_cli_all_four(tmp_path):
                    workload={"rate_per_s": 100}) for k in (1, 2)]
     dt.append(make_run(tmp_path / "t2-pb", log_overhead(4), 4))       # not a vsync run: kept, excluded
     out = tmp_path / "out2"
-    assert fv.main(["table2", *map(str, dt), "--out", str(out)]) == 0
+    assert fm.main(["table2", *map(str, dt), "--out", str(out)]) == 0
     md = (out / "tables.md").read_text()
     assert "| 1 | 500ms | 1 | 3.00 (1) | 1.39 | 6.00 (1) | 192.09 | 6.00 | 10.00 (1) | 97.64 |" in md
     assert (out / "table2.png").stat().st_size > 0
