@@ -38,23 +38,13 @@ from typing import Any
 from analysis import figlib
 from analysis.figlib import kept
 from analysis.figtables import command_line, largest, summarise, write_summary
+from analysis.figures_qsm_paper import PAPER, POINT, marginal_ceiling  # noqa: F401 (the figures' names, here too)
 
 VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
           "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
           "ack_latency_s", "ack_latency_rounds", "steps_skipped", "token_rounds", "load_mean", "node_cpu_s",
           "cpu_us_per_packet", "cpu_us_per_receipt", "delayline_cpu_s", "ceiling_2cores", "throughput_per_group",
           "group_jain", "throughput_per_sender", "sender_jain", "sender_share_min")
-# the point: the experiment's coordinates, and the run's time dilation and CPU budget (figlib's identity columns) so
-# that runs with and without budgets are never averaged together
-POINT = ("members", "groups", "n_senders", "R", "loss", "token_s", "shaper", "dilation", "cpu")
-# the paper's numbers, read from its text (seed 004 §3.2-3.10); Figure 9's two ends are in the text, the rest of
-# its curve and Figures 12, 13, 19, 20 only as plots (not in the seed's text)
-# Figure 1's text gives only JGroups' aggregate throughput relative to one group ("decreases ... by 6% with 2
-# groups, 20% with 32 groups and almost 60% with 256 groups"; QSM's curve is a plot); Figure 16's: "with 10
-# senders it is still at 80% of its original value", and two senders "can actually multicast faster"
-PAPER = {"fig9": {1: 9850, 71: 6500}, "fig12_r5_over_r25": 1.2, "recovery_rounds": 2.5,
-         "ack_rounds_small": 1.0, "ack_rounds_large": 3.5,
-         "fig1_jgroups_relative": {1: 1.0, 2: 0.94, 32: 0.80, 256: 0.40}, "fig16_10_senders_relative": 0.8}
 # tables.md: the point's columns (key, label), then the values' (mean ± 95 % CI half-width)
 HEAD = (("members", "members"), ("groups", "G"), ("n_senders", "S"), ("R", "R"), ("loss", "loss"),
         ("token_s", "token s"), ("shaper", "shaper"), ("dilation", "N"), ("cpu", "cpu"), ("runs", "runs"),
@@ -145,11 +135,6 @@ def cost_model(runs: list[dict]) -> dict[str, Any] | None:
     resid = y - x @ np.array([a, b])
     return {"runs": len(rs), "fixed_core_per_member": float(a), "cpu_s_per_receipt": float(b),
             "rms_residual_s": float(np.sqrt(np.mean(resid ** 2))), "mean_cpu_s": float(np.mean(y))}
-
-
-def marginal_ceiling(model: dict, members: int, cores: float = 2.0) -> float | None:
-    left = cores - model["fixed_core_per_member"] * members
-    return left / (model["cpu_s_per_receipt"] * (members - 1)) if left > 0 and members > 1 else None
 
 
 def _f(v: Any, nd: int = 3) -> str:

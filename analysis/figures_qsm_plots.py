@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.figlib import pyplot, save
-from analysis.figures_qsm import PAPER, POINT, marginal_ceiling
+from analysis.figures_qsm_paper import PAPER, POINT, marginal_ceiling
 
 
 def _line(ax, rows, x, key, label, marker="o", color=None):
