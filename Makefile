@@ -49,8 +49,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+# Two xdist workers: the lab, Spark and timing tests one at a time in one, the pure unit and node tests beside them
+# in the other (tests/conftest.py).
 test: setup
-	$(PY) -m pytest -m "not netem" --durations=30 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n 2 --dist loadgroup -m "not netem" --durations=60 $(PYTEST_ARGS) tests
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -236,10 +238,12 @@ QUIET := $(PY) -m experiments.busy --loops 0 --load-log $(VT)/load.log --
 LOADED := $(PY) -m experiments.busy --loops 2 --load-log $(VT)/load.log --
 once = ls -d $(1)/*/manifest.json >/dev/null 2>&1 ||   # skip a command whose run directory exists (resumable)
 repro-virtual-time: vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+# repetitions per dilation: 5 for the short demo and pbcast-small, 3 for qsm-small (30 s) and hyparview-small (34 s),
+# whose three pairs at N = 1 and 4 already take ~12 min each
 vt-transparency: setup
-	@set -e; for x in demo pbcast-small qsm-small hyparview-small; do \
-	  $(QUIET) $(ORCH) sweep topologies/$$x.yaml --axis time.dilation=1,4 --repetitions 5 --no-analyze \
-	    --out $(VT)/transparency/$$x; done
+	@set -e; for x in demo:5 pbcast-small:5 qsm-small:3 hyparview-small:3; do \
+	  $(QUIET) $(ORCH) sweep topologies/$${x%:*}.yaml --axis time.dilation=1,4 --repetitions $${x#*:} --no-analyze \
+	    --out $(VT)/transparency/$${x%:*}; done
 vt-probe: setup
 	@set -e; test -s $(VT)/probe-n10.json || { $(ORCH) up topologies/demo.yaml --name vtprobe --dilation 10; \
 	  $(ORCH) probe vtprobe --links 6 --paths 2 --count 20 --no-rate --json > $(VT)/probe-n10.json; \

@@ -3,6 +3,11 @@
 A test says what it needs with a marker (root, mininet, docker, ansible, spark, netem). When a requirement is
 missing the test is skipped with the reason -- except under CI=true, where CI is root and has everything, so a
 test that would be skipped fails instead (a skip there would hide a broken install).
+
+`make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): every test that builds a lab, starts Spark,
+analyses runs or carries a requirement or `slow` marker is in one group, `machine`, and so runs in one worker, one
+at a time, in collection order, as it would without xdist; the pure unit and node tests run in the other worker
+beside them (the machine's second core: a timing bound in a test must hold with the other core busy anyway).
 """
 from __future__ import annotations
 
@@ -62,6 +67,18 @@ def _missing(marker: str) -> str | None:
 
 
 _REQUIREMENT_MARKERS = ("root", "mininet", "docker", "ansible", "spark", "netem")
+_PURE_DIRS = ("unit", "node")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Everything but the pure tests (tests/unit and tests/node without a requirement or `slow` marker) goes into
+    the xdist group `machine` (see the module's docstring); without xdist the marker does nothing."""
+    for item in items:
+        rel = item.path.relative_to(REPO / "tests").parts
+        pure = len(rel) > 1 and rel[0] in _PURE_DIRS and not any(
+            item.get_closest_marker(m) is not None for m in (*_REQUIREMENT_MARKERS, "slow"))
+        if not pure:
+            item.add_marker(pytest.mark.xdist_group("machine"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -104,3 +121,22 @@ def direct_runs(tmp_path_factory):
         return cache[transport]
 
     return {t: (lambda t=t: get(t)) for t in TRANSPORTS}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole test session (2 cores, 2 shuffle partitions, no UI, a C1-only driver
+    JVM): the analysis tests and the lab tests that analyse their runs share it, so the JVM starts once."""
+    if shutil.which("java") is None:
+        pytest.skip("[spark] needs java")
+    pytest.importorskip("pyspark")
+    from analysis.session import get_spark
+
+    # -XX:TieredStopAtLevel=1: the driver JVM compiles with C1 only. The tests' many small jobs never repay C2's
+    # compilations, which compete with them for the two cores (about a sixth less CPU for the Spark tests); the
+    # plans and results are the same. `orchestrator analyze` itself (test_progress.py) keeps Spark's defaults.
+    session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+                                     "spark.ui.enabled": "false",
+                                     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+    yield session
+    session.stop()

@@ -51,15 +51,6 @@ def lab_run(tmp: Path) -> Path:
     return Path(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from analysis.session import get_spark
-
-    session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
-    yield session
-    session.stop()
-
-
 def same(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)

@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 import yaml
 
-from .helpers import REPO, cli, lab_namespaces, unique_lab
+from .helpers import cli, lab_namespaces, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 
@@ -95,9 +95,8 @@ def test_hyparview_stays_reliable_after_a_60_percent_crash_where_cyclon_does_not
 
 
 @pytest.mark.spark
-def test_graph_metrics_from_spark_equal_networkx_on_the_run_event_log(runs):
+def test_graph_metrics_from_spark_equal_networkx_on_the_run_event_log(runs, spark):
     from analysis.protocols import overlay
-    from analysis.session import get_spark
 
     ids, events, crashed = load(runs["hyparview"])
     crash_ts = min(crashed.values())
@@ -110,7 +109,6 @@ def test_graph_metrics_from_spark_equal_networkx_on_the_run_event_log(runs):
     g.add_nodes_from(views)
     g.add_edges_from((i, j) for i, vs in views.items() for j in vs)
     lengths = [d for s, ts in nx.all_pairs_shortest_path_length(g) for x, d in ts.items() if s != x]
-    spark = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
     rows = [(e["ts"], e["node"], e["event"], e.get("seq"), e.get("origin"), e.get("op"), json.dumps(e))
             for e in events if "node" in e]
     ev = spark.createDataFrame(rows, "ts double, node string, event string, seq long, origin long, op string, "

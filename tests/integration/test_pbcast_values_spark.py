@@ -13,11 +13,14 @@ and per run:
   max are `own_`/`gseq_` in ms, the view-change table's durations `view_changes`, `vc_mean_s`, `vc_max_s`.
 
 Small groups at dilation 2 with a CPU budget per member (docs/virtual-time.md), so a busy machine does not decide
-the outcome; the comparison holds whatever the runs measured (both sides read the same logs)."""
+the outcome; the comparison holds whatever the runs measured (both sides read the same logs). The three labs run at
+once (a module fixture: their members' budgets bound what each takes, and the runs are mostly waits), then each test
+analyses its run."""
 from __future__ import annotations
 
 import statistics
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -31,16 +34,6 @@ MEMBERS = 10
 WORKLOAD = {"senders": ["h1"], "rate_per_s": 50, "size_bytes": 64, "start": "1s", "stop": "10s"}
 PERTURB = {"at": "2s", "action": "perturb", "nodes": ["h5"], "p": 0.3, "duration": "7s"}
 CRASH = {"at": "5s", "action": "crash", "nodes": ["h7", "h8", "h9"]}         # 30 % of the members, mid-stream
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from analysis.session import get_spark
-
-    session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-                                     "spark.ui.enabled": "false"})
-    yield session
-    session.stop()
 
 
 def lab_run(protocol: str, params: dict, schedule: list[dict], tmp: Path) -> Path:
@@ -101,10 +94,30 @@ def check_common(res, v: dict, report: str) -> None:
     assert v["throughput_unperturbed_1s_per_s"] == pytest.approx(statistics.median(per_s[m] for m in calm), rel=1e-9)
 
 
-def test_pbcast_spark_equals_run_values_with_crashed_members(spark, tmp_path):
-    d = lab_run("pbcast", {"round": "100ms", "fanout": 1, "gc_c": 2, "mode": "push_pull", "first_phase": "mcast",
-                           "group": "data"}, [PERTURB, CRASH], tmp_path)
-    res, v, report = analyse(spark, d)
+RUNS = {
+    "pbcast": ({"round": "100ms", "fanout": 1, "gc_c": 2, "mode": "push_pull", "first_phase": "mcast",
+                "group": "data"}, [PERTURB, CRASH]),
+    "vsync": ({"k": 1, "sender_buffer": 5, "view_period": "4s", "round": "100ms", "first_phase": "mcast",
+               "group": "data"}, [PERTURB]),
+    "tradvsync": ({"window": 5, "transport": "udp"}, [PERTURB]),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """protocol -> a Future of its run directory: the three lab runs started together."""
+    tmp = tmp_path_factory.mktemp("pbcast-family")
+    for p in RUNS:
+        (tmp / p).mkdir()
+    with ThreadPoolExecutor(len(RUNS)) as pool:
+        futures: dict[str, Future] = {p: pool.submit(lab_run, p, *RUNS[p], tmp / p) for p in RUNS}
+        for f in futures.values():
+            f.exception()                   # wait for all (a failed run fails its own test only)
+    return futures
+
+
+def test_pbcast_spark_equals_run_values_with_crashed_members(spark, runs):
+    res, v, report = analyse(spark, runs["pbcast"].result())
     check_common(res, v, report)
     assert v["unperturbed_members"] == ["h0", "h2", "h3", "h4", "h6"]          # h7-h9 crashed, h5 perturbed
     # the crashed members count only for what was sent before their crash: the messages after it are not pulled to
@@ -116,10 +129,8 @@ def test_pbcast_spark_equals_run_values_with_crashed_members(spark, tmp_path):
     assert v["bimodal_crashed"] == ["h7", "h8", "h9"]
 
 
-def test_vsync_spark_equals_run_values(spark, tmp_path):
-    d = lab_run("vsync", {"k": 1, "sender_buffer": 5, "view_period": "4s", "round": "100ms", "first_phase": "mcast",
-                          "group": "data"}, [PERTURB], tmp_path)
-    res, v, report = analyse(spark, d)
+def test_vsync_spark_equals_run_values(spark, runs):
+    res, v, report = analyse(spark, runs["vsync"].result())
     check_common(res, v, report)
     g = {r["event"]: r for r in res.data["gseq"]}
     assert v["own_n"] == g["own_delivered"]["messages"] > 0
@@ -132,8 +143,7 @@ def test_vsync_spark_equals_run_values(spark, tmp_path):
     assert v["vc_max_s"] == pytest.approx(max(durations), rel=1e-9)
 
 
-def test_tradvsync_spark_equals_run_values(spark, tmp_path):
-    d = lab_run("tradvsync", {"window": 5, "transport": "udp"}, [PERTURB], tmp_path)
-    res, v, report = analyse(spark, d)
+def test_tradvsync_spark_equals_run_values(spark, runs):
+    res, v, report = analyse(spark, runs["tradvsync"].result())
     check_common(res, v, report)
     assert f"{v['refused']} send attempts found the sender's buffer full" in report

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from analysis.rundir import load
-from tests.analysis.conftest import spark  # noqa: F401 - the tests' local SparkSession
 from tests.analysis.test_qsm_analysis import assert_same, spark_numbers
 
 from .helpers import REPO, cli, lab_namespaces, unique_lab
@@ -42,7 +41,7 @@ def qsm_small_run(tmp_path_factory) -> Path:
     return Path(r.stdout.strip().splitlines()[-1])
 
 
-def test_the_spark_tables_equal_run_values(spark, qsm_small_run):  # noqa: F811 - the imported fixture
+def test_the_spark_tables_equal_run_values(spark, qsm_small_run):
     from analysis.protocols.qsm import PLUGIN
     from analysis.run import analyze_run
 
