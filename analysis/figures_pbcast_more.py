@@ -37,7 +37,7 @@ from typing import Any
 from analysis import figlib, figures_vsync
 from analysis.figlib import kept
 from analysis.figtables import ci_cell, command_line, excluded_note, md_rows, show, summarise, summed, write_summary
-from analysis.protocols.pbcast import BIN_WIDTH, BINS, LAST_S, OVERHEAD
+from analysis.protocols.pbcast_values import BIN_WIDTH, BINS, LAST_S, OVERHEAD
 
 KINDS = ("fig4", "bimodal")
 PARAMS = (("protocol", "protocol"), ("members", "members"), ("offered_per_s", "offered_per_s"), ("loss", "loss"),

@@ -13,6 +13,7 @@ from typing import Any
 
 from analysis.pcap import MCAST_PORT, NODE_PORT, CaptureFile, Ports
 from gossipnode.vclock import VirtualClock
+from orchestrator import runschema as schema     # the run directory's files, the writer's and ours
 
 
 class AnalysisError(Exception):
@@ -113,8 +114,10 @@ class RunDir:
         return self.path / "analysis"
 
     def addresses(self) -> dict[str, str]:
-        """Every address of the plan (node addresses and link ends) → node name."""
+        """Every address of the plan (node addresses and link ends) → node name; a member's real address (the
+        manifest's `realised`: real hosts) too."""
         names = {n["address"]: n["name"] for n in self.plan.get("nodes", []) if n.get("address")}
+        names.update({a: n for n, a in ((self.manifest.get("realised") or {}).get("addresses") or {}).items()})
         for lk in self.plan.get("links", []):
             for end in ("parent", "child"):
                 if lk.get(f"{end}_addr"):
@@ -155,8 +158,8 @@ def load(path: Path) -> RunDir:
     path = path.resolve()
     if not path.is_dir():
         raise RunDirError(f"{path}: not a directory")
-    manifest = _json(path / "manifest.json", None, f"{path}/manifest.json")
-    plan = _json(path / "plan.json", None, f"{path}/plan.json")
+    manifest = _json(path / schema.MANIFEST, None, f"{path}/{schema.MANIFEST}")
+    plan = _json(path / schema.PLAN, None, f"{path}/{schema.PLAN}")
     for name, doc in (("manifest.json", manifest), ("plan.json", plan)):
         if not isinstance(doc, dict):
             raise RunDirError(f"{path}/{name}: not a JSON object")
@@ -249,8 +252,8 @@ def load(path: Path) -> RunDir:
             warnings.append(f"tc/{name}.json: not a qdisc list ({str(why)[:80]})")
     delayline = _json(path / "tc" / "delayline.json", warnings, "tc/delayline.json") \
         if (path / "tc" / "delayline.json").exists() else None
-    fidelity = _json(path / "fidelity.json", warnings, "fidelity.json")
-    judges = _json(path / "judges.json", warnings, "judges.json") if (path / "judges.json").exists() else None
+    fidelity = _json(path / schema.FIDELITY, warnings, schema.FIDELITY)
+    judges = _json(path / schema.JUDGES, warnings, schema.JUDGES) if (path / schema.JUDGES).exists() else None
 
     return RunDir(path=path, manifest=manifest, plan=plan, members=members, params=gsgc, protocol=protocol_name,
                   ports=wire_ports(list(configs.values())), t0=float(t0 or 0.0),

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import runschema as schema
 from orchestrator import signals
 from orchestrator.backends.base import Backend, NullProgress, Progress
 from orchestrator.backends import registry
@@ -33,14 +34,15 @@ class Prepared:
 
 
 def prepare(experiment_path: str | Path, name: str | None = None, variables: dict | None = None,
-            seed: int | None = None, dilation: float | str | None = None) -> Prepared:
+            seed: int | None = None, dilation: float | str | None = None, check_configs: bool = True) -> Prepared:
     """Everything that can be checked before anything is created (bad input raises exit-code-2 errors): the
     whole file, its schedule against the plan included, and the members' node configs as `run` would write them
     (the protocol's own checks, e.g. a vsync committee larger than the group) (`seed` overrides the file's)."""
     exp = load_experiment(experiment_path, variables, seed, dilation)
     lab = check_name(name or exp.name or Path(experiment_path).stem.split(".")[0], "lab name")
     plan = build_plan(exp)
-    if exp.protocol is not None and plan.members:        # what `run` would refuse in the members' configs
+    # what `run` would refuse in the members' configs (`run` builds them itself: check_configs=False)
+    if check_configs and exp.protocol is not None and plan.members:
         from orchestrator.nodeconfig import node_configs
         from orchestrator.source import FieldError
         from orchestrator.spec import locate
@@ -85,15 +87,8 @@ def shaping_warnings(plan: NetworkPlan, shaper: str) -> list[str]:
 
 
 def shaping_parameters(plan: NetworkPlan, shaper: str) -> dict[str, dict[str, int]]:
-    """What each link parameter really gets with `shaper`: {parameter: {how: number of link directions}}."""
-    out: dict[str, dict[str, int]] = {}
-    s = shapers.get(shaper)
-    for link in plan.links:
-        for d in (link.down, link.up):
-            for param, how in s.fidelity(d).__dict__.items():
-                out.setdefault(param, {})
-                out[param][how] = out[param].get(how, 0) + 1
-    return out
+    """What each link parameter really gets with `shaper` (orchestrator.shaping.shapers.parameters)."""
+    return shapers.parameters(plan, shaper)
 
 
 def probe(cache: bool = True) -> Capabilities:
@@ -167,7 +162,7 @@ def process_start(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-RUNNING = ("starting", "running")       # manifest states of a run that has not ended
+RUNNING = schema.UNFINISHED             # manifest states of a run that has not ended
 
 
 def mark_orphaned_run(state: LabState) -> str | None:
@@ -187,7 +182,7 @@ def mark_orphaned_run(state: LabState) -> str | None:
         return None
     if manifest.get("status") not in RUNNING:
         return None
-    manifest.update(status="interrupted: orchestrator gone", ended_at=time.time())
+    manifest.update(status=schema.ORCHESTRATOR_GONE, ended_at=time.time())
     tmp = f.with_name("manifest.json.tmp")
     tmp.write_text(json.dumps(manifest, indent=1, default=str))
     os.replace(tmp, f)
@@ -256,6 +251,7 @@ def status(lab: str) -> dict:
     health = backend.health(state)
     stats = backend.shaper_stats(state) if not health else None
     per_dir = (stats or {}).get("queues", {})
+    real = (state.backend_data or {}).get("realised", {}).get("addresses", {})   # what the backend learned
     links = []
     for lk in plan.links:
         entry = {"id": lk.id, "a": lk.parent, "b": lk.child}
@@ -277,7 +273,8 @@ def status(lab: str) -> dict:
         "experiment": state.experiment, "plan_digest": state.plan_digest, "created_at": state.created_at,
         "dilation": state.dilation, "cgroups": len(state.cgroups),
         "capabilities": state.capabilities, "warnings": state.warnings, "health": health,
-        "nodes": [{"name": n.name, "role": n.role, "address": n.address, "parent": n.parent} for n in plan.nodes],
+        "nodes": [{"name": n.name, "role": n.role, "address": real.get(n.name, n.address), "parent": n.parent}
+                  for n in plan.nodes],
         "links": links,
         "parameters": shaping_parameters(plan, state.shaper) if state.shaper else None,
         "shaper_totals": {k: v for k, v in (stats or {}).items() if k not in ("queues", "kernel")} or None,

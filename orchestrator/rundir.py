@@ -20,9 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gossipnode.vclock import VirtualClock
+from orchestrator import runschema as schema
 from orchestrator.errors import SpecError
 
-SUBDIRS = ("configs", "events", "logs", "pcaps", "tc")
+SUBDIRS = schema.SUBDIRS
 
 
 def versions() -> dict:
@@ -78,22 +79,27 @@ class RunDir:
         return self.path / other
 
     def write_plan(self, plan_dict: dict) -> None:
-        (self.path / "plan.json").write_text(json.dumps(plan_dict, indent=1, sort_keys=True))
+        (self.path / schema.PLAN).write_text(json.dumps(plan_dict, indent=1, sort_keys=True))
 
     def write_configs(self, configs: dict[str, dict]) -> None:
         for name, cfg in configs.items():
-            (self.path / "configs" / f"{name}.json").write_text(json.dumps(cfg, indent=1))
+            (self.path / schema.CONFIGS / f"{name}.json").write_text(json.dumps(cfg, indent=1))
 
     def write_manifest(self, **update) -> None:
+        """The one writer of manifest.json (atomic): the run calls it once at each state change (starting, running,
+        its end) with what it learned since; the keys are runschema.MANIFEST_KEYS."""
+        unknown = set(update) - set(schema.MANIFEST_KEYS)
+        if unknown:
+            raise ValueError(f"manifest keys not in the run directory's schema: {sorted(unknown)}")
         self.manifest.update(update)
-        tmp = self.path / "manifest.json.tmp"
+        tmp = self.path / (schema.MANIFEST + ".tmp")
         tmp.write_text(json.dumps(self.manifest, indent=1, default=str))
-        os.replace(tmp, self.path / "manifest.json")
+        os.replace(tmp, self.path / schema.MANIFEST)
 
     def log(self, msg: str) -> None:
-        with open(self.path / "orchestrator.log", "a") as f:
+        with open(self.path / schema.LOG, "a") as f:
             f.write(f"{datetime.now(timezone.utc).isoformat()} {msg}\n")
 
     def record(self, event: dict) -> None:
-        with open(self.path / "events" / "orchestrator.jsonl", "a") as f:
+        with open(self.path / schema.ORCHESTRATOR_EVENTS, "a") as f:
             f.write(json.dumps({"ts": self.clock.now(), "node": "orchestrator", **event}) + "\n")

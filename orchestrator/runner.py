@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from orchestrator import fidelity as fid
 from orchestrator import lab as labmod
@@ -24,14 +24,20 @@ from orchestrator.backends.base import Backend, NodeDriver, NullProgress, Progre
 from orchestrator.backends.registry import get_backend
 from orchestrator.errors import DelayLineDied, OrchestratorError, SpecError
 from orchestrator.nodeconfig import node_configs
+from orchestrator import runschema as schema
 from orchestrator.plan import NetworkPlan, build_plan
 from orchestrator.rundir import RunDir, check_out_dir, new_run_id, versions
 from orchestrator.schedule import Op, OpKind, Timeline, check_supported, expand, parse_schedule
+from orchestrator.shaping import shapers
 from orchestrator.shaping.params import DirParams
 from orchestrator.source import FieldError
 from orchestrator.spec import locate
 from orchestrator.state import LabState, load_state
 from orchestrator.timebase import Dilation, Measured, budget_overcommit, check_budgets, resolve_dilation
+
+if TYPE_CHECKING:
+    from gossipnode.vclock import VirtualClock
+    from orchestrator.spec import Experiment
 
 START_TIMEOUT_S = 30.0       # nodes must answer on their control socket within this + START_PER_NODE_S each
 START_PER_NODE_S = 0.5
@@ -235,9 +241,38 @@ def run(experiment_path: str | Path, opts: RunOptions, progress: Progress | None
         return _run(experiment_path, opts, progress, variables)
 
 
-def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, variables: dict | None) -> Path:
-    # 1. Everything that can be checked is checked before the network is built: the whole experiment file, its
-    #    schedule against the plan with the seed of this run, what the backend's driver supports.
+@dataclass
+class Planned:
+    """Everything a run decided before anything exists (`plan_run`): the experiment, the plan, the backend, the
+    schedule, how the members run and in what time, the run's names, and the members' node configs (built once
+    here; the driver only says where its nodes see their files)."""
+
+    exp: "Experiment"
+    plan: NetworkPlan
+    backend: Backend
+    lab: str
+    built: bool                      # this run builds the lab (else it reuses `state`'s)
+    prep: "labmod.Prepared | None"
+    state: LabState | None
+    timeline: Timeline
+    packing: packmod.PackingDecision
+    dilation: Dilation
+    run_id: str
+    run_path: Path
+    ctl_dir: Path
+    clock: "VirtualClock"
+    configs: dict[str, dict]
+
+    @property
+    def first(self) -> list[str]:
+        """The members started at the beginning (the others join later)."""
+        return [m.name for m in self.plan.members if m.name not in self.timeline.joiners]
+
+
+def plan_run(experiment_path: str | Path, opts: RunOptions, variables: dict | None) -> Planned:
+    """1. Everything that can be checked, before anything exists: the whole experiment file, its schedule against
+    the plan with this run's seed, what the backend's driver supports, the backend's own checks, how the members
+    run, the dilation, and the members' node configs (SpecError naming the file and the line)."""
     state: LabState | None = None
     if opts.lab:
         from orchestrator.spec import load_experiment
@@ -252,7 +287,8 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             raise SpecError(f"lab {opts.lab!r} was built from a different plan than {experiment_path}")
         backend = get_backend(state.backend)
     else:
-        prep = labmod.prepare(experiment_path, opts.name, variables, opts.seed, opts.dilation)
+        # the members' configs are built (and checked) below, once, not by `prepare`
+        prep = labmod.prepare(experiment_path, opts.name, variables, opts.seed, opts.dilation, check_configs=False)
         exp, plan, lab_name, built = prep.experiment, prep.plan, prep.lab, True
         backend = get_backend(opts.backend, **(opts.backend_options or {}))
     timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
@@ -270,8 +306,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
     run_path = (opts.out / run_id).resolve()
     ctl_dir = Path(labmod.CTL_ROOT) / f"orch-ctl-{run_id}"      # teardown of the lab removes it too
     # The lab's clock: virtual time from this epoch on (docs/virtual-time.md); every node and record uses it.
-    epoch = time.time()
-    clock = dilation.clock(epoch)
+    clock = dilation.clock(time.time())
     try:
         configs = node_configs(exp, plan, run_path, ctl_dir)
     except FieldError as exc:
@@ -280,71 +315,88 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         if dcls.COMMON_START:       # joiners run the protocol as soon as they start
             cfg["wait_for_start"] = name not in timeline.joiners
         cfg["clock"] = clock.to_json()
+    return Planned(exp, plan, backend, lab_name, built, prep, state, timeline, packing, dilation, run_id, run_path,
+                   ctl_dir, clock, configs)
 
-    # 2. The run directory, then the network.
-    rd = RunDir(run_path, opts.out, clock)
-    ctl_dir.mkdir(parents=True, exist_ok=True)
+
+def _open_run_dir(p: Planned, opts: RunOptions, progress: Progress, experiment_path: str | Path) -> RunDir:
+    """2. The run directory, the plan as planned and the manifest `starting` (one write)."""
+    rd = RunDir(p.run_path, opts.out, p.clock)
+    p.ctl_dir.mkdir(parents=True, exist_ok=True)
     if opts.on_run_dir is not None:
-        opts.on_run_dir(run_path)
-    rd.write_plan(backend.run_plan(plan, state))
-    rd.write_configs(configs)
-    rd.write_manifest(run_id=run_id, experiment_file=str(experiment_path), spec=exp.model_dump(mode="json"),
-                      seed=exp.seed, backend=backend.name, lab=lab_name,
-                      plan_digest=state.plan_digest if state else plan.digest(),   # hosts: plan.json is realised
-                      versions=versions(), started_at=time.time(), status="starting", packing=packing.manifest(),
-                      time=dilation.manifest(epoch))
+        opts.on_run_dir(p.run_path)
+    rd.write_plan(p.plan.to_dict())
+    exp, backend = p.exp, p.backend
+    fields = dict(run_id=p.run_id, experiment_file=str(experiment_path), spec=exp.model_dump(mode="json"),
+                  seed=exp.seed, backend=backend.name, lab=p.lab, plan_digest=p.plan.digest(),
+                  realised=backend.realised(p.plan, p.state), versions=versions(), started_at=time.time(),
+                  status=schema.STARTING, packing=p.packing.manifest(), time=p.dilation.manifest(p.clock.epoch))
     if exp.nodes.cpu is not None and not backend.enforces_cpu:      # allowed by the backend's check (a flag)
-        rd.write_manifest(cpu_budget={"enforced": False, "cpu": exp.nodes.cpu,
-                                      "reason": f"the {backend.name} backend cannot enforce it"})
-    over = budget_overcommit(exp.nodes.cpu, len(plan.members), dilation.n, opts.cores or float(os.cpu_count() or 1))
+        fields["cpu_budget"] = {"enforced": False, "cpu": exp.nodes.cpu,
+                                "reason": f"the {backend.name} backend cannot enforce it"}
+    cores = opts.cores or float(os.cpu_count() or 1)
+    over = budget_overcommit(exp.nodes.cpu, len(p.plan.members), p.dilation.n, cores)
     if over:
         rd.log(f"WARNING: {over}")
         progress.note(f"WARNING: {over}")
-        rd.manifest.setdefault("warnings", []).append(over)
-    for reason in dilation.reasons:
+        fields["warnings"] = [over]
+    rd.write_manifest(**fields)
+    for reason in p.dilation.reasons:
         rd.log(f"time: {reason}")
-    if dilation.requested == "auto":
-        progress.note(f"time dilation {dilation.n:g} (auto: {dilation.reasons[0]})")
-    backend.for_run(rd, exp)
-    if built:
-        try:
-            state = labmod.up(prep, backend.name, opts.shaper, opts.strict, str(experiment_path), progress,
-                              backend=backend, dilation=dilation.n)
-        except BaseException as exc:      # lab.up removed what it built; the manifest must not say "starting"
-            with signals.shielded():
-                rd.write_manifest(status=(f"interrupted ({signals.describe(exc)})"
-                                          if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"),
-                                  ended_at=time.time())
-                shutil.rmtree(ctl_dir, ignore_errors=True)
-            raise
-    # The lab knows the run using it, so `teardown` after a killed orchestrator can finish the manifest.
-    state.run = {"dir": str(run_path), "pid": os.getpid(), "pid_start": labmod.process_start(os.getpid())}
-    state.save()
-    rd.manifest.update(shaper=state.shaper, capabilities=state.capabilities, shaping_warnings=state.warnings)
-    if state.backend_data.get("image"):
-        rd.manifest["versions"]["node_image"] = (f"{state.backend_data['image']} "
-                                                 f"{state.backend_data.get('image_id', '')}")
-    first = [m.name for m in plan.members if m.name not in timeline.joiners]
-    driver = make_driver(backend, RunContext(exp, plan, state, rd, ctl_dir, first, progress, clock), packing)
-    runner = Runner(timeline, driver, rd, progress, dilation=clock.dilation)
+    if p.dilation.requested == "auto":
+        progress.note(f"time dilation {p.dilation.n:g} (auto: {p.dilation.reasons[0]})")
+    return rd
+
+
+def _build(p: Planned, rd: RunDir, opts: RunOptions, progress: Progress, experiment_path: str | Path) -> LabState:
+    """The lab, when this run builds it (a failure or Ctrl-C: the lab removed what it built, the manifest ends)."""
+    if not p.built:
+        return p.state
     try:
-        # The driver may run the node elsewhere (a container, a host): its configs, as the node will see them.
-        rd.write_configs(driver.configure(configs))
-        rd.log(f"run {run_id}: lab {lab_name} ({'built' if built else 'reused'}) on {backend.name}, "
-               f"shaper {state.shaper}, {packing.processes} node processes ({packing.reason})")
-        # 3. Fidelity probe, captures, nodes, schedule.
+        return labmod.up(p.prep, p.backend.name, opts.shaper, opts.strict, str(experiment_path), progress,
+                         backend=p.backend, dilation=p.dilation.n)
+    except BaseException as exc:      # lab.up removed what it built; the manifest must not say "starting"
+        with signals.shielded():
+            rd.write_manifest(status=(f"interrupted ({signals.describe(exc)})"
+                                      if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"),
+                              ended_at=time.time())
+            shutil.rmtree(p.ctl_dir, ignore_errors=True)
+        raise
+
+
+def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, variables: dict | None) -> Path:
+    p = plan_run(experiment_path, opts, variables)
+    rd = _open_run_dir(p, opts, progress, experiment_path)
+    p.backend.for_run(rd, p.exp)
+    state = _build(p, rd, opts, progress, experiment_path)
+    exp, plan, backend, clock, first = p.exp, p.plan, p.backend, p.clock, p.first
+    # The lab knows the run using it, so `teardown` after a killed orchestrator can finish the manifest.
+    state.run = {"dir": str(p.run_path), "pid": os.getpid(), "pid_start": labmod.process_start(os.getpid())}
+    state.save()
+    running: dict = dict(shaper=state.shaper, capabilities=state.capabilities, shaping_warnings=state.warnings)
+    if state.backend_data.get("image"):
+        running["versions"] = {**rd.manifest["versions"],
+                               "node_image": f"{state.backend_data['image']} {state.backend_data.get('image_id', '')}"}
+    driver = make_driver(backend, RunContext(exp, plan, state, rd, p.ctl_dir, first, progress, clock), p.packing)
+    runner = Runner(p.timeline, driver, rd, progress, dilation=clock.dilation)
+    try:
+        # 3. The members' configs as their nodes will read them (a driver that runs a node elsewhere, in a
+        #    container or on a host, says where its files are), written once; fidelity probe, captures, nodes.
+        rd.write_configs(driver.configure(p.configs))
+        rd.log(f"run {p.run_id}: lab {p.lab} ({'built' if p.built else 'reused'}) on {backend.name}, "
+               f"shaper {state.shaper}, {p.packing.processes} node processes ({p.packing.reason})")
         if backend.fidelity_probe:
             progress.note("fidelity probe ...")
             fsum = fid.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),
                              links=opts.probe_links, paths=opts.probe_paths, seed=exp.seed,
-                             parameters=labmod.shaping_parameters(plan, state.shaper), dilation=clock.dilation)
-            (run_path / "fidelity.json").write_text(json.dumps(fsum, indent=1))
-            rd.manifest["fidelity"] = {k: fsum[k] for k in ("max_abs_error_ms", "max_rel_error", "sent", "received",
-                                                            "expected_lost")}
-            rd.manifest["fidelity"]["rate_error"] = (fsum["rate"] or {}).get("error")
-            rd.manifest["shaping_parameters"] = fsum["parameters"]
+                             parameters=shapers.parameters(plan, state.shaper), dilation=clock.dilation)
+            (p.run_path / schema.FIDELITY).write_text(json.dumps(fsum, indent=1))
+            running["fidelity"] = {**{k: fsum[k] for k in ("max_abs_error_ms", "max_rel_error", "sent", "received",
+                                                          "expected_lost")},
+                                   "rate_error": (fsum["rate"] or {}).get("error")}
+            running["shaping_parameters"] = fsum["parameters"]
         driver.prepare()
-        rd.write_manifest(**driver.manifest_fields())
+        running.update(driver.manifest_fields())
         rd.log(f"{driver.start_captures()} captures running")
         driver.start_nodes(first)
         # The first members wait for a common start (their configs say wait_for_start): on a busy machine
@@ -357,14 +409,16 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             t0 = runner.clock() + margin
             driver.start_protocol(first, clock.to_virtual(start_unix))     # the nodes' clocks are virtual
             late = runner.clock() - t0
-            rd.write_manifest(start={"margin_s": margin, "requests_done_s": late + margin})
+            running["start"] = {"margin_s": margin, "requests_done_s": late + margin}
             if late > 0:            # some members got their request after t0: they start late (judged)
                 rd.log(f"WARNING: the start requests were still going out {late * 1000:.0f} ms after the common "
                        f"start ({len(first)} members, margin {margin:.2f} s)")
         else:
             start_unix, t0 = time.time(), runner.clock()
-        # t0_unix is virtual, as every event's ts; t0_real_unix is when that was on the machine's clock.
-        rd.write_manifest(status="running", t0_unix=clock.to_virtual(start_unix), t0_real_unix=start_unix)
+        # 4. Running (one write): t0_unix is virtual, as every event's ts; t0_real_unix is when that was on the
+        #    machine's clock.
+        rd.write_manifest(status=schema.RUNNING, t0_unix=clock.to_virtual(start_unix), t0_real_unix=start_unix,
+                          **running)
         runner.sleep(max(0.0, t0 - runner.clock()))
         driver.mark_start()
         rd.record({"event": "run_started", "members": first, "duration_s": exp.duration_s})
@@ -379,21 +433,23 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         runner.stopped_reason = f"failed: {exc}"
         raise
     finally:
-        # 4. Stop cleanly, collect what there is, tear down. Runs on success, error and every interruption
-        #    alike; further signals during it are recorded, not raised (it must finish).
+        # 5. Stop cleanly, collect what there is, tear down. Runs on success, error and every interruption
+        #    alike; further signals during it are recorded, not raised (it must finish). The end: one write.
         with signals.shielded() as late:
             _note(progress, f"stopping ({runner.stopped_reason}) and collecting ...")
             rd.log(f"stopping: {runner.stopped_reason}")
             report = driver.stop()
             rd.record({"event": "run_stopped", "reason": runner.stopped_reason})
+            done = {k: v for k, v in running.items() if k not in rd.manifest}   # an early failure: what was learned
             rd.write_manifest(status=runner.stopped_reason, ended_at=time.time(),
-                              schedule=runner.schedule_summary(), captures=report.captures, **report.manifest)
+                              schedule=runner.schedule_summary(), captures=report.captures, **done,
+                              **report.manifest)
             write_judges(rd)
-            shutil.rmtree(ctl_dir, ignore_errors=True)
-            if built and not opts.keep:
+            shutil.rmtree(p.ctl_dir, ignore_errors=True)
+            if p.built and not opts.keep:
                 _note(progress, "tearing down ...")
                 try:
-                    labmod.teardown(lab_name)
+                    labmod.teardown(p.lab)
                 except OrchestratorError as exc:
                     rd.log(f"teardown failed: {exc}")
                     if runner.stopped_reason == "completed":
@@ -404,5 +460,4 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
                 state.save()
             if late:
                 rd.log(f"signals during the cleanup (ignored until it finished): {late}")
-    return run_path
-
+    return p.run_path

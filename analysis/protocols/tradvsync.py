@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.doc import Doc, Heading, Para
 from analysis.protocols import GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext, register
-from analysis.protocols.pbcast import common_key_metrics, common_metrics, common_report, common_values, spec_section
+from analysis.protocols.pbcast import common_key_metrics, common_metrics, common_report
+from analysis.protocols.pbcast_values import common_values, spec_section
 
 if TYPE_CHECKING:
     from analysis.rundir import RunDir

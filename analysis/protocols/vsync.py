@@ -26,8 +26,8 @@ from pyspark.sql import functions as F
 
 from analysis.doc import Doc, Heading, Para, Table, fmt
 from analysis.protocols import GENERIC_SWEEP_COLUMNS, MetricsContext, ProtocolAnalysis, ReportContext, register
-from analysis.protocols.pbcast import (common_key_metrics, common_metrics, common_report, common_values, raw,
-                                       spec_section)
+from analysis.protocols.pbcast import common_key_metrics, common_metrics, common_report, raw
+from analysis.protocols.pbcast_values import common_values, spec_section
 
 if TYPE_CHECKING:
     from analysis.rundir import RunDir

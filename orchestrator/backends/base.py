@@ -225,9 +225,10 @@ class Backend(ABC):
     def for_run(self, run: "RunDir", exp: "Experiment") -> None:
         """Told the run directory before `up` (a backend that stages files for the run keeps them there)."""
 
-    def run_plan(self, plan: NetworkPlan, state: LabState | None) -> dict:
-        """plan.json of the run directory: the plan as realised (e.g. the hosts' real addresses)."""
-        return plan.to_dict()
+    def realised(self, plan: NetworkPlan, state: LabState | None) -> dict | None:
+        """What the backend learns that the plan does not say (the hosts' real addresses): the run manifest's
+        `realised`. None: the plan is what was built."""
+        return None
 
     def driver(self, ctx: RunContext) -> NodeDriver:
         return self.driver_class(self, ctx)

@@ -7,7 +7,6 @@ something of the lab, even after a crashed orchestrator.
 """
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -75,8 +74,8 @@ class HostsBackend(Backend):
         self.data_dir = run.path / "ansible"
         self.snaplen = exp.capture.snaplen
 
-    def run_plan(self, plan: NetworkPlan, state: LabState | None) -> dict:
-        return render.realised_plan(plan.to_dict(), self._hosts(plan, state))
+    def realised(self, plan: NetworkPlan, state: LabState | None) -> dict | None:
+        return render.realised(self._hosts(plan, state))
 
     # -- lifecycle
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
@@ -92,11 +91,10 @@ class HostsBackend(Backend):
                   "strict": self.strict, "shaper_request": state.shaper, "snaplen": self.snaplen,
                   "data_dir": str(data_dir), "touched": [h.name for h in hosts], "dilation": state.dilation}
         deploy.save_record(state.dir, record)          # before anything is created on a host
-        # The lab's plan as realised here: members at their hosts' addresses (what `status` shows). Its digest
-        # stays the experiment's.
-        realised = render.realised_plan(plan.to_dict(), hosts)
-        realised.pop("hosts")
-        (state.dir / "plan.json").write_text(json.dumps(realised, indent=1, sort_keys=True))
+        # What the backend learns goes to the lab state (`status` shows the members' real addresses); the plan
+        # stays as planned.
+        state.backend_data["realised"] = render.realised(hosts)
+        state.save()
         progress.note(f"deploying {len(hosts)} host(s) with ansible-runner (private data dir {data_dir})")
         ctx = deploy.context(record, plan, data_dir)
         try:

@@ -152,12 +152,8 @@ def extravars(lab: str, shaper: str, strict: bool, bundle: Path, run_dir: Path |
             "gossip_start_members": list(start_members or []), "gossip_port": port}
 
 
-def realised_plan(plan_dict: dict, hosts: list[Host]) -> dict:
-    """plan.json for the run directory: the members' addresses are their hosts' (what the pcaps show)."""
-    addr = {h.member: h.address for h in hosts}
-    out = json.loads(json.dumps(plan_dict))
-    for n in out["nodes"]:
-        if n["name"] in addr:
-            n["address"] = addr[n["name"]]
-    out["hosts"] = {h.member: {"host": h.name, "address": h.address} for h in hosts}
-    return out
+def realised(hosts: list[Host]) -> dict:
+    """What the hosts backend learns that the plan does not say (the lab state's and the run manifest's `realised`):
+    each member's real address (what the pcaps show) and host. The plan itself stays as planned."""
+    return {"addresses": {h.member: h.address for h in hosts},
+            "hosts": {h.member: {"host": h.name, "address": h.address} for h in hosts}}

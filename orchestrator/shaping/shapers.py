@@ -228,6 +228,19 @@ def _full(how: str, d: DirParams) -> Fidelity:
 SHAPERS: dict[str, Shaper] = {s.name: s for s in (Netem(), DelayLine(), Tbf())}   # auto's order of preference
 
 
+def parameters(plan, shaper: str) -> dict[str, dict[str, int]]:
+    """What each link parameter of `plan` really gets with `shaper`: {parameter: {how: number of link directions}}.
+    Pure (the probe records it; `status` shows it)."""
+    out: dict[str, dict[str, int]] = {}
+    s = get(shaper)
+    for link in plan.links:
+        for d in (link.down, link.up):
+            for param, how in s.fidelity(d).__dict__.items():
+                out.setdefault(param, {})
+                out[param][how] = out[param].get(how, 0) + 1
+    return out
+
+
 def get(name: str) -> Shaper:
     try:
         return SHAPERS[name]

@@ -15,7 +15,7 @@ import pytest
 
 from analysis import figures_pbcast_more as fm
 from analysis import figures_vsync as fv
-from analysis.protocols.pbcast import packing_of
+from analysis.protocols.pbcast_values import packing_of
 from tests.analysis.test_pbcast_values import (bimodal_log, make_run, recv, sent, started, stopped, vsync_log,
                                                vsync_section)
 

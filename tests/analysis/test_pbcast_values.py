@@ -16,7 +16,8 @@ import pytest
 from analysis import protocols
 from analysis.doc import Doc, Table
 from analysis.protocols import ReportContext
-from analysis.protocols.pbcast import common_report, delivery_bin, histogram, split
+from analysis.protocols.pbcast import common_report
+from analysis.protocols.pbcast_values import delivery_bin, histogram, split
 from analysis.rundir import load
 from tests.analysis import synthetic
 

@@ -70,7 +70,7 @@ def analyse(spark, run_dir: Path):
 
 
 def check_common(res, v: dict, report: str) -> None:
-    from analysis.protocols.pbcast import delivery_bin
+    from analysis.protocols.pbcast_values import delivery_bin
 
     # the summary carries run_values (analysis/run.py merges them after the Spark plug-in's)
     assert all(res.summary[k] == v[k] for k in v)

@@ -231,14 +231,16 @@ def test_link_actions_are_refused_for_hosts(tmp_path, key):
     check(experiment(schedule=[{"at": "5s", "action": "crash", "nodes": ["h1"]}]))
 
 
-def test_realised_plan_has_host_addresses(tmp_path, key):
-    from orchestrator.hosts.render import realised_plan
+def test_what_the_backend_learns_goes_beside_the_plan(tmp_path, key):
+    """The plan stays as planned; the hosts' real addresses are `realised` (lab state, run manifest)."""
+    from orchestrator.hosts.render import realised
 
     _, plan, hosts = hosts_and_plan(tmp_path, key)
-    out = realised_plan(plan.to_dict(), hosts)
-    addr = {n["name"]: n["address"] for n in out["nodes"]}
-    assert all(addr[h.member] == h.address for h in hosts)
-    assert plan.to_dict()["nodes"][0]["address"] != out["nodes"][0]["address"]   # the input is not changed
+    before = plan.to_dict()
+    out = realised(hosts)
+    assert out["addresses"] == {h.member: h.address for h in hosts}
+    assert out["hosts"][hosts[0].member] == {"host": hosts[0].name, "address": hosts[0].address}
+    assert plan.to_dict() == before and plan.node(hosts[0].member).address != hosts[0].address
 
 
 # --- clock offsets ----------------------------------------------------------------------------------------------

@@ -1,22 +1,25 @@
-"""The orchestrator's modules import each other without a cycle (issue #16): the import graph of orchestrator/,
-built from the source with ast (module-level and function-level imports alike: a lazy import that closes a cycle
-is still a cycle in the design; only `if TYPE_CHECKING:` blocks, which never run, are left out), is acyclic."""
+"""The project's modules import each other without a cycle (issues #16, #38): the import graph of orchestrator/,
+analysis/ and the node (node_image/gossipnode), built from the source with ast (module-level and function-level
+imports alike: a lazy import that closes a cycle is still a cycle in the design; only `if TYPE_CHECKING:` blocks,
+which never run, are left out), is acyclic — within each package and across them (the analysis may import the
+node's wire and the orchestrator's pure modules; the node imports neither)."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PKG = "orchestrator"
+PACKAGES = {"orchestrator": ROOT, "analysis": ROOT, "gossipnode": ROOT / "node_image"}   # package -> its parent
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for f in sorted((ROOT / PKG).rglob("*.py")):
-        parts = list(f.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = f
+    for pkg, parent in PACKAGES.items():
+        for f in sorted((parent / pkg).rglob("*.py")):
+            parts = list(f.relative_to(parent).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
     return out
 
 
@@ -51,7 +54,7 @@ def import_graph() -> dict[str, set[str]]:
                     base = ".".join(anchor + ([base] if base else []))
                 targets = [f"{base}.{a.name}" for a in node.names] or [base]
             for t in targets:
-                if not t.startswith(PKG):
+                if t.split(".")[0] not in PACKAGES:
                     continue
                 r = _resolve(t, modules)
                 if r is not None and r != mod and not mod.startswith(r + "."):   # a package's own __init__
@@ -93,6 +96,15 @@ def test_the_walker_sees_imports():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_import_cycle_among_orchestrator_modules():
-    cycle = find_cycle(import_graph())
+def test_no_import_cycle_among_the_projects_modules():
+    g = import_graph()
+    assert any(m.startswith("analysis.") for m in g) and any(m.startswith("gossipnode.") for m in g)
+    cycle = find_cycle(g)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_node_imports_neither_the_orchestrator_nor_the_analysis():
+    g = import_graph()
+    bad = {m: sorted(d for d in deps if not d.startswith("gossipnode")) for m, deps in g.items()
+           if m.startswith("gossipnode")}
+    assert not {m: d for m, d in bad.items() if d}

@@ -177,3 +177,24 @@ def test_a_restarted_member_runs_at_once_instead_of_waiting_for_the_common_start
     assert driver.configs["h3"]["wait_for_start"] is False
     assert json.loads((runner.run.path / "configs" / "h3.json").read_text())["wait_for_start"] is False
     assert all(c["wait_for_start"] for n, c in driver.configs.items() if n != "h3")
+
+
+def test_the_manifest_is_written_once_per_state_and_only_with_schema_keys(tmp_path, monkeypatch):
+    """starting, running, the end: three writes, every key declared by orchestrator.runschema (the reader's schema
+    too); the plan written as planned, the configs once."""
+    from orchestrator import runschema
+    from orchestrator.rundir import RunDir as RD
+
+    writes, configs = [], []
+    real_write, real_configs = RD.write_manifest, RD.write_configs
+    monkeypatch.setattr(RD, "write_manifest", lambda self, **kw: (writes.append(dict(kw)), real_write(self, **kw))[1])
+    monkeypatch.setattr(RD, "write_configs", lambda self, c: (configs.append(len(c)), real_configs(self, c))[1])
+    run_dir = run(_write(tmp_path), RunOptions(backend="fake", out=tmp_path / "runs"))
+    assert [w.get("status") for w in writes] == ["starting", "running", "completed"]
+    assert len(configs) == 1
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert set(m) <= set(runschema.MANIFEST_KEYS)
+    planned = json.loads(json.dumps(build_plan(parse_experiment(EXP)).to_dict()))
+    assert json.loads((run_dir / "plan.json").read_text()) == planned
+    with pytest.raises(ValueError, match="not in the run directory's schema"):
+        RD(tmp_path / "x").write_manifest(colour="blue")
