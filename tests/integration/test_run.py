@@ -72,7 +72,9 @@ def test_run_20_members_with_crash_and_perturbation(tmp_path, state_dir, experim
     applied = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()]
     crash = next(e for e in applied if e.get("op") == "crash")
     crashed = crash["targets"]
-    assert len(crashed) == 5 and crash["lag_ms"] < 1000
+    # the lag bound is what a loaded machine still meets (real time here: a machine running a 64-member lab and two
+    # busy loops beside this test delayed the kill of five members past 1 s once); the timer-lag judge says more
+    assert len(crashed) == 5 and crash["lag_ms"] < 5000
     survivors = [m for m in members if m not in crashed]
     ids = {m: i for i, m in enumerate(members)}
     t0 = next(e["ts"] for e in applied if e["event"] == "run_started")
