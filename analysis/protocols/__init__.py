@@ -131,16 +131,15 @@ def crash_times(events: list[dict], t0: float) -> dict[str, float]:
     return out
 
 
-def event_delivery(events: list[dict], ids: dict[str, int], crashed: dict[str, float]) -> dict[str, Any]:
-    """Delivery over the events: per data message the members alive at the send (started by it, not crashed at
-    or before it, not the origin), the fraction that logged `data_received`, and the latency of each such
-    receipt (analysis.metrics' definitions, which the Spark path computes)."""
-    import math
-    import statistics
-
+def message_receipts(events: list[dict], ids: dict[str, int],
+                     crashed: dict[str, float]) -> list[tuple[int, Any, float, list[str], list[float]]]:
+    """Per data message, in (origin id, seq) order: (origin id, seq, sent ts, the members alive at the send --
+    started by it, not crashed at or before it, not the origin --, the latencies of the first `data_received` of
+    those of them that logged one). analysis.metrics' definitions, which the Spark path computes; the generic
+    delivery values and pbcast's delivery distribution both stand on it."""
     started: dict[str, float] = {}
-    sent: dict[tuple[int, int], float] = {}
-    got: dict[tuple[str, int, int], float] = {}
+    sent: dict[tuple[int, Any], float] = {}
+    got: dict[tuple[str, Any, Any], float] = {}
     for e in events:
         ev, node, ts = e.get("event"), e.get("node"), e.get("ts")
         if ev == "node_started":
@@ -151,17 +150,24 @@ def event_delivery(events: list[dict], ids: dict[str, int], crashed: dict[str, f
         elif ev == "data_received":
             key = (node, e.get("origin"), e.get("seq"))
             got[key] = min(ts, got.get(key, ts))
-    ratios, lat = [], []
     name_of = {i: n for n, i in ids.items()}
-    for (origin, seq), ts in sent.items():
+    out = []
+    for (origin, seq), ts in sorted(sent.items()):
         alive = [m for m, st in started.items() if m != name_of.get(origin) and st <= ts
                  and (m not in crashed or crashed[m] > ts)]
-        if not alive:
-            continue
-        rec = [got[(m, origin, seq)] - ts for m in alive if (m, origin, seq) in got]
-        ratios.append(len(rec) / len(alive))
-        lat += rec
-    lat.sort()
+        out.append((origin, seq, ts, alive, [got[(m, origin, seq)] - ts for m in alive if (m, origin, seq) in got]))
+    return out
+
+
+def event_delivery(events: list[dict], ids: dict[str, int], crashed: dict[str, float]) -> dict[str, Any]:
+    """Delivery over the events (`message_receipts`): per data message with anyone alive at its send, the fraction
+    of those members that logged `data_received`, and the latency of each such receipt."""
+    import math
+    import statistics
+
+    rows = message_receipts(events, ids, crashed)
+    ratios = [len(rec) / len(alive) for *_, alive, rec in rows if alive]
+    lat = sorted(x for *_, alive, rec in rows for x in rec)
 
     def q(p: float) -> float | None:
         if not lat:
@@ -170,7 +176,7 @@ def event_delivery(events: list[dict], ids: dict[str, int], crashed: dict[str, f
         lo = math.floor(k)
         return lat[lo] + (lat[min(lo + 1, len(lat) - 1)] - lat[lo]) * (k - lo)
 
-    return {"data_messages": len(sent), "delivery_ratio_mean": statistics.fmean(ratios) if ratios else None,
+    return {"data_messages": len(rows), "delivery_ratio_mean": statistics.fmean(ratios) if ratios else None,
             "delivery_ratio_min": min(ratios) if ratios else None, "latency_median_s": q(0.5),
             "latency_p90_s": q(0.9), "latency_max_s": lat[-1] if lat else None}
 

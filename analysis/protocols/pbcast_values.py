@@ -7,7 +7,7 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from analysis.protocols import crash_times, generic_values
+from analysis.protocols import crash_times, generic_values, message_receipts
 
 if TYPE_CHECKING:
     from analysis.rundir import RunDir
@@ -130,30 +130,11 @@ def throughput_values(run: RunDir) -> dict[str, Any]:
 
 def message_fractions(run: RunDir) -> list[tuple[int, int, float, int, int]]:
     """(origin id, seq, sent ts, members alive at the send, how many of them logged its `data_received`) per data
-    message with anyone alive at its send (analysis.protocols.event_delivery's definition)."""
-    events = run.events
+    message with anyone alive at its send (analysis.protocols.message_receipts' definition)."""
     ids = {m.name: m.id for m in run.members}
-    name_of = {i: n for n, i in ids.items()}
-    crashed = crash_times(events, run.t0)
-    started: dict[str, float] = {}
-    sent: dict[tuple[int, int], float] = {}
-    got: set[tuple[str, Any, Any]] = set()
-    for e in events:
-        ev, node, ts = e.get("event"), e.get("node"), e.get("ts")
-        if ev == "node_started":
-            started[node] = min(ts, started.get(node, ts))
-        elif ev == "data_sent" and node in ids:
-            key = (ids[node], e.get("seq"))
-            sent[key] = min(ts, sent.get(key, ts))
-        elif ev == "data_received":
-            got.add((node, e.get("origin"), e.get("seq")))
-    out = []
-    for (origin, seq), ts in sorted(sent.items()):
-        alive = [m for m, st in started.items() if m != name_of.get(origin) and st <= ts
-                 and (m not in crashed or crashed[m] > ts)]
-        if alive:
-            out.append((origin, seq, ts, len(alive), sum(1 for m in alive if (m, origin, seq) in got)))
-    return out
+    return [(origin, seq, ts, len(alive), len(rec))
+            for origin, seq, ts, alive, rec in message_receipts(run.events, ids, crash_times(run.events, run.t0))
+            if alive]
 
 
 def delivery_bin(fraction: float) -> float:
