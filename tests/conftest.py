@@ -4,10 +4,12 @@ A test says what it needs with a marker (root, mininet, docker, ansible, spark, 
 missing the test is skipped with the reason -- except under CI=true, where CI is root and has everything, so a
 test that would be skipped fails instead (a skip there would hide a broken install).
 
-`make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): every test that builds a lab, starts Spark,
-analyses runs or carries a requirement or `slow` marker is in one group, `machine`, and so runs in one worker, one
-at a time, in collection order, as it would without xdist; the pure unit and node tests run in the other worker
-beside them (the machine's second core: a timing bound in a test must hold with the other core busy anyway).
+`make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`). Every test that needs root (a lab, cgroups,
+the kernel) is in the group `lab`, which one worker runs one test at a time in collection order, as without xdist;
+the analysis tests (Spark on synthetic runs, no root) are the group `analysis`, run the same way by the other worker
+(tests/analysis, about a third of the suite's time); the pure unit and node tests are spread over both. A lab test
+thus runs beside Spark or a pure test: the machine's other core busy, which every timing bound in a test must
+tolerate anyway, and the members of the labs that matter have CPU budgets whose cgroups outrank that work.
 """
 from __future__ import annotations
 
@@ -67,18 +69,25 @@ def _missing(marker: str) -> str | None:
 
 
 _REQUIREMENT_MARKERS = ("root", "mininet", "docker", "ansible", "spark", "netem")
-_PURE_DIRS = ("unit", "node")
+_LAB_MARKERS = ("root", "mininet", "docker", "ansible", "netem")
+
+
+def xdist_group(rel: tuple[str, ...], markers: set[str]) -> str | None:
+    """The xdist group of a test at `rel` (its path under tests/) with `markers` (see the module's docstring):
+    `lab`, `analysis`, or None for a pure test that either worker may run."""
+    if markers & set(_LAB_MARKERS) or rel[0] == "integration" or len(rel) == 1:
+        return "lab"
+    if rel[0] == "analysis" or markers & {"spark", "slow"}:
+        return "analysis"
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Everything but the pure tests (tests/unit and tests/node without a requirement or `slow` marker) goes into
-    the xdist group `machine` (see the module's docstring); without xdist the marker does nothing."""
+    """Put each test in its xdist group (`xdist_group`); without xdist the marker does nothing."""
     for item in items:
-        rel = item.path.relative_to(REPO / "tests").parts
-        pure = len(rel) > 1 and rel[0] in _PURE_DIRS and not any(
-            item.get_closest_marker(m) is not None for m in (*_REQUIREMENT_MARKERS, "slow"))
-        if not pure:
-            item.add_marker(pytest.mark.xdist_group("machine"))
+        group = xdist_group(item.path.relative_to(REPO / "tests").parts, {m.name for m in item.iter_markers()})
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
