@@ -52,7 +52,7 @@ $(VENV)/.installed: pyproject.toml
 # Two xdist workers: the root tests (labs, cgroups) one at a time in one, the analysis (Spark) tests in the other,
 # the pure unit and node tests shared (tests/conftest.py).
 test: setup
-	$(PY) -m pytest -n 2 --dist loadgroup -m "not netem" --durations=60 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n 2 -m "not netem" --durations=60 $(PYTEST_ARGS) tests
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
