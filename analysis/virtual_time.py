@@ -9,8 +9,9 @@
 
 Each subcommand writes its runs (every run, excluded ones with the reason) as a CSV and the page's table as .md,
 made from the CSV alone by the same function `tables` calls, so the committed CSVs regenerate the tables. The
-per-run numbers come from the run's Spark summary (analysis/metrics/summary.json: `orchestrator analyze`, run here
-for runs not analysed yet) for the transparency check, from the paper scripts' event-log functions for QSM's and
+per-run numbers come from each protocol's run_values over the event logs (`--engine events`, the default; `--engine
+spark` runs the whole Spark analysis of each run not analysed yet, which adds the packet-based msgs_per_member_s)
+for the transparency and undilated checks, from the paper scripts' event-log functions for QSM's and
 pbcast's throughput, and from the manifest and judges.json for the budgets.
 """
 from __future__ import annotations
@@ -47,9 +48,12 @@ def _json(path: Path) -> dict:
 
 # --- transparency: the same experiment at N = 1 and N = 4 ---------------------------------------------------------
 
-def transparency_runs(sweeps: list[Path], master: str = "local[2]", extra: tuple[str, ...] = ()) -> list[dict]:
+def transparency_runs(sweeps: list[Path], master: str = "local[2]", extra: tuple[str, ...] = (),
+                      engine: str = "events") -> list[dict]:
     """One row per point of the sweeps (completed or not): experiment, N, repetition, verdict, the key metrics (and
-    the summary's `extra` keys)."""
+    the values' `extra` keys), by `engine` (analysis.sweep.run_values_of: `events`, the protocols' run_values from
+    the event logs; `spark`, the full Spark analysis with run_values merged, which also gives the packet-based
+    `msgs_per_member_s`)."""
     from analysis.sweep import run_summaries
 
     rows = []
@@ -57,7 +61,7 @@ def transparency_runs(sweeps: list[Path], master: str = "local[2]", extra: tuple
         index = _json(root / "sweep.json")
         points = index.get("points") or {}
         done = [e["run_dir"] for e in points.values() if e.get("status") == "completed" and e.get("run_dir")]
-        summaries, _ = run_summaries(root, done, master, "spark")
+        summaries, _ = run_summaries(root, done, master, engine)
         for pid, e in sorted(points.items()):
             rd = e.get("run_dir")
             s = summaries.get(rd, {}) if rd else {}
@@ -250,8 +254,8 @@ def budget_table(rows: list[dict]) -> str:
 UNDILATED_METRICS = ("latency_median_s", "latency_p90_s", "latency_p99_s", "latency_max_s", "delivery_ratio_mean")
 
 
-def undilated_runs(sweeps: list[Path], arp: list[Path], master: str = "local[2]") -> list[dict]:
-    rows = [{**r, "check": r["experiment"]} for r in transparency_runs(sweeps, master, UNDILATED_METRICS)]
+def undilated_runs(sweeps: list[Path], arp: list[Path], master: str = "local[2]", engine: str = "events") -> list[dict]:
+    rows = [{**r, "check": r["experiment"]} for r in transparency_runs(sweeps, master, UNDILATED_METRICS, engine)]
     for f in arp:
         doc = _json(f)
         for t in doc.get("trials") or []:
@@ -310,13 +314,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("inputs", nargs="+")
         if name in ("transparency", "undilated"):
             p.add_argument("--master", default="local[2]")
+            p.add_argument("--engine", choices=("events", "spark"), default="events",
+                           help="events: each protocol's run_values from the event logs (default); spark: the "
+                                "whole Spark analysis of every run not analysed yet (minutes per run)")
         if name == "undilated":
             p.add_argument("--arp", nargs="*", default=[], type=Path)
         if name == "load":
             p.add_argument("--load-log", type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "transparency":
-        _write(a.out, "transparency", transparency_runs([Path(x) for x in a.inputs], a.master))
+        _write(a.out, "transparency", transparency_runs([Path(x) for x in a.inputs], a.master, engine=a.engine))
     elif a.cmd == "load":
         sets = [(x.split("=", 1)[0], Path(x.split("=", 1)[1])) for x in a.inputs]
         _write(a.out, "load", load_runs(sets, a.load_log))
@@ -325,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "budget":
         _write(a.out, "budget", budget_rows([Path(x) for x in a.inputs]))
     elif a.cmd == "undilated":
-        _write(a.out, "undilated", undilated_runs([Path(x) for x in a.inputs], a.arp, a.master))
+        _write(a.out, "undilated", undilated_runs([Path(x) for x in a.inputs], a.arp, a.master, a.engine))
     else:
         for name, table in TABLES.items():
             f = a.out / f"{name}_runs.csv"
