@@ -231,8 +231,7 @@ def exec(  # noqa: A001 - the command is called exec
 ) -> None:
     """Run a command inside a node, like Mininet's `h1 ping h2`."""
     state = load_state(name)
-    plan = state.load_plan()
-    names = {n.name: n.address for n in plan.nodes}
+    names = labmod.addresses(state, state.load_plan())     # the real addresses where the backend learned them
     argv = [names.get(a, a) for a in argv]
     from orchestrator.backends.registry import get_backend
 

@@ -244,6 +244,13 @@ def teardown_all(progress: Progress | None = None) -> list[str]:
     return done
 
 
+def addresses(state: LabState, plan: NetworkPlan) -> dict[str, str]:
+    """Each node's address: the plan's, or what the backend learned instead (the lab state's `realised`; hosts:
+    each member's real address)."""
+    real = (state.backend_data or {}).get("realised", {}).get("addresses", {})
+    return {n.name: real.get(n.name, n.address) for n in plan.nodes}
+
+
 def status(lab: str) -> dict:
     state = load_state(lab)
     plan = state.load_plan()
@@ -251,7 +258,7 @@ def status(lab: str) -> dict:
     health = backend.health(state)
     stats = backend.shaper_stats(state) if not health else None
     per_dir = (stats or {}).get("queues", {})
-    real = (state.backend_data or {}).get("realised", {}).get("addresses", {})   # what the backend learned
+    real = addresses(state, plan)
     links = []
     for lk in plan.links:
         entry = {"id": lk.id, "a": lk.parent, "b": lk.child}
@@ -273,7 +280,7 @@ def status(lab: str) -> dict:
         "experiment": state.experiment, "plan_digest": state.plan_digest, "created_at": state.created_at,
         "dilation": state.dilation, "cgroups": len(state.cgroups),
         "capabilities": state.capabilities, "warnings": state.warnings, "health": health,
-        "nodes": [{"name": n.name, "role": n.role, "address": real.get(n.name, n.address), "parent": n.parent}
+        "nodes": [{"name": n.name, "role": n.role, "address": real[n.name], "parent": n.parent}
                   for n in plan.nodes],
         "links": links,
         "parameters": shaping_parameters(plan, state.shaper) if state.shaper else None,

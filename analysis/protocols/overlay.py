@@ -299,7 +299,7 @@ def reliability(events: DataFrame, members: DataFrame, life: DataFrame) -> DataF
             .select("origin", "origin_id", "seq", "sent_ts", "cycle",
                     (F.col("members") + 1).alias("correct"), (F.col("received") + 1).alias("delivered"),
                     ((F.col("received") + 1) / (F.col("members") + 1)).alias("reliability"))
-            .orderBy("sent_ts"))
+            .orderBy("sent_ts", "origin_id", "seq"))     # broadcasts' order, ties as in `broadcasts` (CI met one)
 
 
 def hops_to_delivery(events: DataFrame, rel: DataFrame, before_ts: float | None) -> dict[str, Any]:

@@ -513,12 +513,14 @@ def test_jitter_spreads_delay_and_keeps_fifo(lab, dist):
     # 0.1-0.6 ms and some noise on this kind of VM; the hold itself is checked offline to be unbiased
     assert abs(q(0.5) - delay) <= 0.001
     assert 0.75 * expected_iqr <= iqr <= 1.3 * expected_iqr
-    if dist == "uniform":  # (p3..p97: a few packets meet scheduling noise of the sender or receiver)
-        assert delay - jitter - 0.0002 <= q(0.03) and q(0.97) <= delay + jitter + 0.001
-    # the delay line's own lateness: under 1 ms for all but two of the 200 packets even when both cores are busy
-    # (CI measured p99 = 1.0012 ms on a machine running a 48-member lab beside the test); p50 well under it
+    if dist == "uniform":  # (p3..p97: a few packets meet scheduling noise of the sender or receiver; the Python
+        # engine's own wake-ups add more: p97 13.02 ms against 13 for it with the other core busy)
+        late = 0.001 if lab.engine == "c" else 0.002
+        assert delay - jitter - 0.0002 <= q(0.03) and q(0.97) <= delay + jitter + late
+    # the delay line's own lateness, p50 under 1 ms; p99 under 2 ms for the C engine (CI measured 1.0012 ms beside a
+    # 48-member lab) and 5 ms for the Python one (2.9 ms measured with Spark busy on the other core)
     held = lab.client.stats(["a>b"])["queues"]["a>b"]["hold_error"]
-    assert held["p50_s"] < 0.001 and held["p99_s"] <= 0.002
+    assert held["p50_s"] < 0.001 and held["p99_s"] <= (0.002 if lab.engine == "c" else 0.005), held
     # densely spaced (1 ms < jitter range): still no reordering, as netem with a rate
     got = timed_flow(lab, 300, 0.001)
     seqs = [x[0] for x in got]

@@ -83,10 +83,13 @@ def test_the_spark_path_equals_run_values(spark, runs, protocol):
     rows = {(r["origin_id"], r["seq"]): r
             for r in overlay.broadcasts(run.events, ids, crash_times(run.events, run.t0))}
     # the group's broadcast rate is 4/s from 6 s (peerview/broadcast.py): 6 s to 12 s, a second before the crash,
-    # gives 24 slots (late timers skip a few); every one reaches nearly every member
+    # gives 24 slots (late timers skip a few); every one reaches nearly every member. Scamp less so: a member no
+    # partial view holds yet (in-degree 0) hears nothing, and with views of ~log n entries in 12 members one often
+    # misses a broadcast (11/12 = 0.917 for most of them in CI's run, mean below 0.95)
     before = [r for r in rows.values() if r["sent_ts"] - run.t0 < CRASH_S - 1.0]
     assert len(before) >= 20, len(before)
-    assert sum(r["reliability"] for r in before) / len(before) > 0.95, sorted(r["reliability"] for r in before)[:5]
+    mean_before = sum(r["reliability"] for r in before) / len(before)
+    assert mean_before > (0.9 if protocol == "scamp" else 0.95), sorted(r["reliability"] for r in before)
     per_msg = {(r["origin_id"], r["seq"]): r for r in res.delivery}
     assert set(per_msg) == {k for k, r in rows.items() if r["correct"] > 1}     # Spark: a message with receivers
     for k, r in per_msg.items():
