@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -97,3 +98,15 @@ def cli(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subp
                 proc.communicate()
             raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def runs_together(calls: dict[str, tuple], tmp: Path) -> dict[str, Future]:
+    """key -> a Future of `fn(*args, tmp / key)` for each `calls[key] = (fn, *args)`, all started at once (each in
+    its own directory); returns when all have ended, so that a failed run fails only the test that reads it."""
+    for k in calls:
+        (tmp / k).mkdir()
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = {k: pool.submit(fn, *args, tmp / k) for k, (fn, *args) in calls.items()}
+        for f in futures.values():
+            f.exception()
+    return futures

@@ -16,7 +16,6 @@ analyses its run:
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from analysis.protocols import crash_times, overlay
 from analysis.rundir import load
 from tests.analysis.test_overlay import differences, same, spark_values
 
-from .helpers import cli, lab_namespaces, unique_lab
+from .helpers import cli, lab_namespaces, runs_together, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.spark, pytest.mark.slow]
 
@@ -57,14 +56,7 @@ def lab_run(protocol: str, tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """protocol -> a Future of its run directory: the four lab runs started together."""
-    tmp = tmp_path_factory.mktemp("overlay")
-    for p in VIEW:
-        (tmp / p).mkdir()
-    with ThreadPoolExecutor(len(VIEW)) as pool:
-        futures: dict[str, Future] = {p: pool.submit(lab_run, p, tmp / p) for p in VIEW}
-        for f in futures.values():
-            f.exception()                   # wait for all (a failed run fails its own test only)
-    return futures
+    return runs_together({p: (lab_run, p) for p in VIEW}, tmp_path_factory.mktemp("overlay"))
 
 
 @pytest.mark.parametrize("protocol", sorted(VIEW))

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .helpers import REPO, cli, lab_namespaces, unique_lab
+from .helpers import REPO, cli, lab_namespaces, runs_together, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 
@@ -95,12 +94,9 @@ def faithful(run_dir: Path) -> bool:
 
 def test_figure1_against_figure12(tmp_path):
     # the two labs run at once: each member's budget bounds what it takes, and the runs are mostly waits
-    (tmp_path / "trad").mkdir()
-    (tmp_path / "vs").mkdir()
-    with ThreadPoolExecutor(2) as pool:
-        trad = pool.submit(run, "tradvsync", {"window": WINDOW, "transport": "udp"}, tmp_path / "trad")
-        vs = pool.submit(run, "vsync", {"k": 1, "sender_buffer": 4, "view_period": "40s"}, tmp_path / "vs")
-        trad_dir, vs_dir = trad.result(), vs.result()
+    both = runs_together({"trad": (run, "tradvsync", {"window": WINDOW, "transport": "udp"}),
+                          "vs": (run, "vsync", {"k": 1, "sender_buffer": 4, "view_period": "40s"})}, tmp_path)
+    trad_dir, vs_dir = both["trad"].result(), both["vs"].result()
     t_before, t_during, t_evs = throughput(trad_dir, {SENDER, PERTURBED})
     v_before, v_during, v_evs = throughput(vs_dir, {SENDER, PERTURBED, "h0"})
     print(f"tradvsync: {t_before:.1f} -> {t_during:.1f} msgs/s; vsync: {v_before:.1f} -> {v_during:.1f} msgs/s")

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .helpers import cli, lab_namespaces, unique_lab
+from .helpers import cli, lab_namespaces, runs_together, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.spark, pytest.mark.slow]
 
@@ -106,14 +105,7 @@ RUNS = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """protocol -> a Future of its run directory: the three lab runs started together."""
-    tmp = tmp_path_factory.mktemp("pbcast-family")
-    for p in RUNS:
-        (tmp / p).mkdir()
-    with ThreadPoolExecutor(len(RUNS)) as pool:
-        futures: dict[str, Future] = {p: pool.submit(lab_run, p, *RUNS[p], tmp / p) for p in RUNS}
-        for f in futures.values():
-            f.exception()                   # wait for all (a failed run fails its own test only)
-    return futures
+    return runs_together({p: (lab_run, p, *RUNS[p]) for p in RUNS}, tmp_path_factory.mktemp("pbcast-family"))
 
 
 def test_pbcast_spark_equals_run_values_with_crashed_members(spark, runs):
