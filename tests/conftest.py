@@ -1,20 +1,28 @@
-"""Requirement markers.
+"""Requirement markers, and how `make test` shares the machine.
 
 A test says what it needs with a marker (root, mininet, docker, ansible, spark, netem). When a requirement is
 missing the test is skipped with the reason -- except under CI=true, where CI is root and has everything, so a
 test that would be skipped fails instead (a skip there would hide a broken install).
 
-`make test` runs two pytest-xdist workers (`-n 2`, with the scheduler below). Every test that needs root (a lab,
-cgroups, the kernel) is in the share `lab`, which one worker runs one test at a time in collection order, as without
-xdist; the analysis tests (Spark on synthetic runs, no root) are the share `analysis`, run the same way by the other
-worker; the pure unit and node tests are spread over both. A lab test thus runs beside Spark or a pure test: the
-machine's other core busy, which every timing bound in a test must tolerate anyway. (Running the budgeted lab tests
-beside the others, two labs at once, took the suite to 33 min but broke two timing tests of the delay line and the
-multicast hop cost: not done.) (xdist's
-own `loadgroup` does not group under pytest 9: it renames the tests' `_nodeid`, which pytest 9 no longer reads.)
+`make test` runs two pytest-xdist workers (`-n 2`, with the scheduler below) over four shares:
+- `lab`: every test that needs root (a lab, cgroups, the kernel), run by one worker in collection order, the files
+  of `_ALONE_FILES` first;
+- `analysis`: the analysis tests (Spark on synthetic runs, no root), run the same way by the other worker, which
+  then takes
+- `lab-beside` (`_BESIDE_FILES`): lab tests whose runs are dilated with CPU budgets, or whose assertions compare two
+  analyses of the same logs, which no load can change;
+- the pure unit and node tests, spread over both workers.
+Two labs may thus run at once, but never beside a test of `_ALONE_FILES` (the delay line's hold error and queue
+drops, the multicast hop cost, the probe, the CPU-budget and virtual-time measurements, ...: what measures the
+machine's timing): a module of those holds the lab lock exclusively, every other lab module holds it shared
+(`_lab_lock`; a turnstile keeps an exclusive waiter from being overtaken). Every other bound in a lab test must
+hold with the machine busy, as it must in CI anyway. (xdist's own `loadgroup` does not group under pytest 9: it
+renames the tests' `_nodeid`, which pytest 9 no longer reads.)
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import shutil
@@ -78,11 +86,29 @@ _LAB_FILES = ("tests/analysis/test_real_transports.py", "tests/node/test_node_pa
               "tests/unit/test_bench_floor.py")
 
 
+# lab tests that may run beside another lab (the share `lab-beside`): their runs are dilated with a CPU budget per
+# member, or what they assert compares two analyses of the same logs (the Spark path against run_values), or (the
+# sweep) only the bookkeeping, with the fidelity verdicts printed
+_BESIDE_FILES = ("tests/integration/test_sweep.py", "tests/integration/test_hyparview_values_spark.py",
+                 "tests/integration/test_pbcast_values_spark.py", "tests/integration/test_gsgc_values_spark.py",
+                 "tests/integration/test_qsm_values_spark.py", "tests/integration/test_pbcast.py",
+                 "tests/integration/test_protocols_lab.py")
+# lab tests that measure the machine's timing and run with no other lab (first in the share `lab`)
+_ALONE_FILES = ("tests/integration/test_delayline.py", "tests/integration/test_lab_delayline.py",
+                "tests/integration/test_multicast.py", "tests/integration/test_multicast_docker.py",
+                "tests/integration/test_probe.py", "tests/integration/test_transports.py",
+                "tests/integration/test_run_signals.py", "tests/integration/test_cpubudget.py",
+                "tests/integration/test_virtual_time.py", "tests/integration/test_mininet.py",
+                "tests/unit/test_bench_floor.py")
+
+
 def share_of(nodeid: str) -> str | None:
-    """The share of the test `nodeid` (see the module's docstring): `lab`, `analysis`, or None for a pure test that
-    either worker may run."""
+    """The share of the test `nodeid` (see the module's docstring): `lab`, `lab-beside`, `analysis`, or None for a
+    pure test that either worker may run."""
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
+    if path in _BESIDE_FILES:
+        return "lab-beside"
     if path in _LAB_FILES or parts[1:2] == ["integration"] or len(parts) == 2:
         return "lab"
     if parts[1:2] == ["analysis"]:
@@ -91,16 +117,18 @@ def share_of(nodeid: str) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test with a lab marker must be in the share `lab`."""
-    stray = sorted({it.nodeid.split("::", 1)[0] for it in items if share_of(it.nodeid) != "lab"
+    """A test with a lab marker must be in a lab share; the files of `_ALONE_FILES` come first in theirs."""
+    stray = sorted({it.nodeid.split("::", 1)[0] for it in items if share_of(it.nodeid) not in ("lab", "lab-beside")
                     and any(it.get_closest_marker(m) is not None for m in _LAB_MARKERS)})
     if stray:
         raise pytest.UsageError(f"tests/conftest.py: add {stray} to _LAB_FILES (they hold tests with a lab marker)")
+    items.sort(key=lambda it: share_of(it.nodeid) == "lab" and it.nodeid.split("::", 1)[0] not in _ALONE_FILES)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """xdist's loadscope scheduler over the shares: `lab` and `analysis` are one scope each, every other test its
-    own."""
+    """xdist's loadscope scheduler over the shares: `lab`, `analysis` and `lab-beside` are one scope each (largest
+    first: each worker starts one of the first two and the first to need more work takes `lab-beside`), every other
+    test its own."""
     from xdist.scheduler import LoadScopeScheduling
 
     class Shares(LoadScopeScheduling):
@@ -108,6 +136,60 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return share_of(nodeid) or nodeid
 
     return Shares(config, log)
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield fd
+    finally:
+        os.close(fd)          # closing releases the lock
+
+
+class _LabLock:
+    """A readers-writer lock between the xdist workers (files in the session's shared temporary directory): a lab
+    module of `_ALONE_FILES` holds it exclusively, any other lab module shared. Taken at a module's first test and
+    released after its last, so module-scoped labs are covered. The turnstile (taken by everyone before the lock
+    itself, and held by an exclusive taker until it has it) keeps shared takers from overtaking a waiting exclusive
+    one."""
+
+    def __init__(self, root: Path):
+        self.turnstile, self.lock = root / "lab.turnstile", root / "lab.lock"
+        self.fd: int | None = None
+        self.module: str | None = None
+
+    def enter(self, module: str, exclusive: bool) -> None:
+        if self.module == module:
+            return
+        self.leave()
+        with _flock(self.turnstile, fcntl.LOCK_EX):
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self.fd, self.module = fd, module
+
+    def leave(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = self.module = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Under xdist, a lab test runs holding `_LabLock` (see the module's docstring)."""
+    lock: _LabLock | None = getattr(item.config, "_lab_lock", None)
+    path = item.nodeid.split("::", 1)[0]
+    if lock is None and hasattr(item.config, "workerinput") and share_of(item.nodeid) in ("lab", "lab-beside"):
+        root = item.config._tmp_path_factory.getbasetemp().parent      # shared by the workers of this session
+        lock = item.config._lab_lock = _LabLock(root)
+    if lock is not None and share_of(item.nodeid) in ("lab", "lab-beside"):
+        lock.enter(path, exclusive=path in _ALONE_FILES)
+    elif lock is not None:
+        lock.leave()
+    yield
+    if lock is not None and (nextitem is None or nextitem.nodeid.split("::", 1)[0] != path):
+        lock.leave()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
