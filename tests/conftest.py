@@ -27,6 +27,7 @@ import functools
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -187,9 +188,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         lock.enter(path, exclusive=path in _ALONE_FILES)
     elif lock is not None:
         lock.leave()
+    start = time.time()
     yield
     if lock is not None and (nextitem is None or nextitem.nodeid.split("::", 1)[0] != path):
         lock.leave()
+    if os.environ.get("TEST_TIMELINE"):       # worker, start, end, test: which share ends the run, and when
+        worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
+        with open(os.environ["TEST_TIMELINE"], "a") as f:
+            f.write(f"{worker} {start:.1f} {time.time():.1f} {share_of(item.nodeid)} {item.nodeid}\n")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

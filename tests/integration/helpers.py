@@ -100,6 +100,21 @@ def cli(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subp
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def event_lines(f: Path) -> list[dict]:
+    """The events of one event log (JSON lines). A member killed mid-write (a crash is SIGKILL) leaves a torn last
+    line without its newline: skipped, as the analysis skips it; any other line that does not parse fails."""
+    text = f.read_text()
+    lines = text.split("\n")
+    torn = lines.pop() if not text.endswith("\n") else ""
+    out = [json.loads(x) for x in lines if x.strip()]
+    if torn.strip():
+        try:
+            out.append(json.loads(torn))
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
 def runs_together(calls: dict[str, tuple], tmp: Path) -> dict[str, Future]:
     """key -> a Future of `fn(*args, tmp / key)` for each `calls[key] = (fn, *args)`, all started at once (each in
     its own directory); returns when all have ended, so that a failed run fails only the test that reads it."""

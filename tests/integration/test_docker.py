@@ -18,7 +18,7 @@ from orchestrator.backends import docker as dk
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_experiment
 
-from .helpers import ORCH, REPO, cli, lab_namespaces, runs_together, unique_lab
+from .helpers import ORCH, REPO, cli, event_lines, lab_namespaces, runs_together, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.docker]
 
@@ -88,7 +88,7 @@ NOTHING = {"containers": [], "namespaces": [], "share": [], "processes": []}
 
 def events(run_dir: Path, node: str) -> list[dict]:
     f = run_dir / "events" / f"{node}.jsonl"
-    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
+    return event_lines(f) if f.exists() else []
 
 
 def behaviour(run_dir: Path, members: list[str]) -> dict:

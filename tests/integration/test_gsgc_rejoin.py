@@ -17,7 +17,7 @@ import yaml
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_experiment
 
-from .helpers import REPO, cli, lab_namespaces, unique_lab
+from .helpers import REPO, cli, event_lines, lab_namespaces, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -28,7 +28,7 @@ SLACK_S = 5.0  # link delays, scheduling lag of the heal op, timers on a loaded 
 
 def events(run_dir: Path, node: str) -> list[dict]:
     f = run_dir / "events" / f"{node}.jsonl"
-    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    return event_lines(f)
 
 
 def test_a_healed_partition_ends_as_one_group(tmp_path, state_dir):

@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 import yaml
 
-from .helpers import cli, lab_namespaces, unique_lab
+from .helpers import cli, event_lines, lab_namespaces, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 
@@ -47,7 +47,7 @@ def load(run_dir: Path) -> tuple[dict[str, int], list[dict], dict[str, float]]:
            for p in (run_dir / "configs").glob("*.json")}
     events = []
     for p in (run_dir / "events").glob("*.jsonl"):
-        events += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        events += event_lines(p)
     # a crash starts at t0 + actual_s (the record's own ts is when the last target was killed, a second later
     # with 36 targets on a loaded machine)
     t0 = json.loads((run_dir / "manifest.json").read_text())["t0_unix"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import cli, lab_namespaces, unique_lab
+from .helpers import cli, event_lines, lab_namespaces, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 
@@ -35,7 +35,7 @@ seed: 11
 
 def _events(run_dir: Path, node: str) -> list[dict]:
     f = run_dir / "events" / f"{node}.jsonl"
-    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    return event_lines(f)
 
 
 def _run(tmp_path: Path, packing: str, paused: str) -> tuple[Path, dict]:

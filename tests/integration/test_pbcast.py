@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import REPO, cli, lab_namespaces, runs_together, unique_lab
+from .helpers import REPO, cli, event_lines, lab_namespaces, runs_together, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def run(protocol: str, section: dict, tmp: Path) -> Path:
 
 
 def events(run_dir: Path) -> dict[str, list[dict]]:
-    return {p.stem: [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return {p.stem: event_lines(p)
             for p in sorted((run_dir / "events").glob("h*.jsonl"))}
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import cli, lab_namespaces, unique_lab
+from .helpers import cli, event_lines, lab_namespaces, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ def run(protocol: str, params: dict, workload: dict, tmp: Path, duration: str = 
 
 
 def events(run_dir: Path) -> dict[str, list[dict]]:
-    return {p.stem: [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return {p.stem: event_lines(p)
             for p in sorted((run_dir / "events").glob("h*.jsonl"))}
 
 

@@ -5,15 +5,13 @@ retransmission) and the recovery and ACK latencies are measured; the senders' bu
 the end. Bad QSM input exits 2 before anything is built."""
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
-from .helpers import REPO, cli, lab_namespaces, unique_lab
+from .helpers import REPO, cli, event_lines, lab_namespaces, unique_lab
 
 DURATION_S = 30
 STOP_S = 14
@@ -22,7 +20,7 @@ STOP_S = 14
 def events(run_dir: Path) -> list[dict]:
     out = []
     for f in sorted((run_dir / "events").glob("*.jsonl")):
-        out += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        out += event_lines(f)
     return out
 
 

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_experiment
 
-from .helpers import ORCH, REPO, cli, lab_namespaces, unique_lab
+from .helpers import ORCH, REPO, cli, event_lines, lab_namespaces, unique_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -34,7 +34,7 @@ seed: 5
 
 def events(run_dir: Path, node: str) -> list[dict]:
     f = run_dir / "events" / f"{node}.jsonl"
-    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
+    return event_lines(f) if f.exists() else []
 
 
 def pcap_packets(f: Path) -> list[tuple[float, bytes]]:

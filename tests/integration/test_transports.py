@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import REPO, cli, lab_namespaces, unique_lab
+from .helpers import REPO, cli, event_lines, lab_namespaces, unique_lab
 from .transport_runs import TRANSPORTS
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 def events(run_dir: Path) -> list[dict]:
     out = []
     for f in sorted((run_dir / "events").glob("*.jsonl")):
-        out += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        out += event_lines(f)
     return out
 
 

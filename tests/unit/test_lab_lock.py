@@ -66,3 +66,4 @@ def test_the_same_module_keeps_its_hold_and_a_new_one_takes_it_again(tmp_path):
     a.leave()
     b.leave()
     assert a.fd is None and a.module is None
+
