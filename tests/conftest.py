@@ -14,8 +14,9 @@ test that would be skipped fails instead (a skip there would hide a broken insta
 - the pure unit and node tests, spread over both workers.
 Two labs may thus run at once, but never beside a test of `_ALONE_FILES` (the delay line's hold error and queue
 drops, the multicast hop cost, the probe, the CPU-budget and virtual-time measurements, ...: what measures the
-machine's timing): a module of those holds the lab lock exclusively, every other lab module holds it shared
-(`_lab_lock`; a turnstile keeps an exclusive waiter from being overtaken). Every other bound in a lab test must
+machine's timing): those hold the lab lock exclusively, from the first to the last, every other lab module holds it
+shared (`_LabLock`; a turnstile keeps an exclusive waiter from being overtaken). The bad-input tests of
+tests/integration (`_PURE_FILES`) build nothing and are spread like pure tests. Every other bound in a lab test must
 hold with the machine busy, as it must in CI anyway. (xdist's own `loadgroup` does not group under pytest 9: it
 renames the tests' `_nodeid`, which pytest 9 no longer reads.)
 """
@@ -93,7 +94,7 @@ _LAB_FILES = ("tests/analysis/test_real_transports.py", "tests/node/test_node_pa
 _BESIDE_FILES = ("tests/integration/test_sweep.py", "tests/integration/test_hyparview_values_spark.py",
                  "tests/integration/test_pbcast_values_spark.py", "tests/integration/test_gsgc_values_spark.py",
                  "tests/integration/test_qsm_values_spark.py", "tests/integration/test_pbcast.py",
-                 "tests/integration/test_protocols_lab.py")
+                 "tests/integration/test_protocols_lab.py", "tests/integration/test_qsm.py")
 # lab tests that measure the machine's timing and run with no other lab (first in the share `lab`)
 _ALONE_FILES = ("tests/integration/test_delayline.py", "tests/integration/test_lab_delayline.py",
                 "tests/integration/test_multicast.py", "tests/integration/test_multicast_docker.py",
@@ -101,6 +102,9 @@ _ALONE_FILES = ("tests/integration/test_delayline.py", "tests/integration/test_l
                 "tests/integration/test_run_signals.py", "tests/integration/test_cpubudget.py",
                 "tests/integration/test_virtual_time.py", "tests/integration/test_mininet.py",
                 "tests/unit/test_bench_floor.py")
+# files under tests/integration that build nothing (bad input through the real CLI, rejected before any lab
+# exists): pure tests, spread over both workers
+_PURE_FILES = ("tests/integration/test_cli_inputs.py",)
 
 
 def share_of(nodeid: str) -> str | None:
@@ -110,6 +114,8 @@ def share_of(nodeid: str) -> str | None:
     parts = path.split("/")
     if path in _BESIDE_FILES:
         return "lab-beside"
+    if path in _PURE_FILES:
+        return None
     if path in _LAB_FILES or parts[1:2] == ["integration"] or len(parts) == 2:
         return "lab"
     if parts[1:2] == ["analysis"]:
@@ -176,6 +182,13 @@ class _LabLock:
         self.fd = self.module = None
 
 
+def _holder(item: pytest.Item) -> str:
+    """Who holds the lab lock for `item`: its module, or `alone` for every module of `_ALONE_FILES` (they come one
+    after another and keep it from the first to the last: no other lab slips in between)."""
+    path = item.nodeid.split("::", 1)[0]
+    return "alone" if path in _ALONE_FILES else path
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Under xdist, a lab test runs holding `_LabLock` (see the module's docstring)."""
@@ -185,12 +198,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         root = item.config._tmp_path_factory.getbasetemp().parent      # shared by the workers of this session
         lock = item.config._lab_lock = _LabLock(root)
     if lock is not None and share_of(item.nodeid) in ("lab", "lab-beside"):
-        lock.enter(path, exclusive=path in _ALONE_FILES)
+        lock.enter(_holder(item), exclusive=path in _ALONE_FILES)
     elif lock is not None:
         lock.leave()
     start = time.time()
     yield
-    if lock is not None and (nextitem is None or nextitem.nodeid.split("::", 1)[0] != path):
+    if lock is not None and (nextitem is None or _holder(nextitem) != _holder(item)):
         lock.leave()
     if os.environ.get("TEST_TIMELINE"):       # worker, start, end, test: which share ends the run, and when
         worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
