@@ -29,10 +29,7 @@ def run(protocol: str, params: dict, tmp: Path) -> Path:
         "topology": {"kind": "tree", "nodes": MEMBERS, "degree": 4, "members": "all"},
         "links": {"rate": "10mbit", "delay": "1ms", "queue": 1000},
         "protocol": {protocol: params},
-        # 20 broadcasts/s (a third of the members sending, 1/s each): ~200 after the crash, and a load two cores
-        # carry with another lab beside (60 senders at 4/s, 12 times this, left HyParView's mean reliability at 0.53
-        # beside a second lab: the machine, not the protocol)
-        "workload": {"senders": MEMBERS // 3, "rate_per_s": 1, "size_bytes": 100, "start": "12s", "stop": "32s"},
+        "workload": {"senders": MEMBERS, "rate_per_s": 4, "size_bytes": 100, "start": "12s", "stop": "32s"},
         "schedule": [{"at": f"{CRASH_AT:g}s", "action": "crash", "fraction": 0.6}],
         "duration": f"{DURATION}s", "seed": 3,
     }
