@@ -75,9 +75,10 @@ def _tasks_of(spark, group: str) -> int:
                if st.getStageInfo(s) is not None)
 
 
-def test_ingest_reads_each_pcap_in_one_task_and_returns_the_scan(spark, run_dir, tmp_path):
-    """One pass: the packets table and the per-file scan come from the same read (one Spark task per pcap for the
-    whole ingest; before, a scan job and a parse job each read every file), and the scan is `scan_captures`'."""
+def test_ingest_reads_each_pcap_once_and_returns_the_scan(spark, run_dir, tmp_path):
+    """One pass: the packets table and the per-file scan come from the same read (one job of a task per core, each
+    reading its share of the pcaps once; before, a scan job and a parse job each read every file), and the scan is
+    `scan_captures`'."""
     caps = captures(run_dir)
     scanned = [r.asDict() for r in ingest.scan_captures(ingest.files_frame(spark, caps)).collect()]
     spark.sparkContext.setJobGroup("h7-one-pass", "ingest")
@@ -85,7 +86,7 @@ def test_ingest_reads_each_pcap_in_one_task_and_returns_the_scan(spark, run_dir,
         rows = ingest.ingest_packets(spark, caps, "r1", syn.T0, NAMES, tmp_path / "packets")
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    assert _tasks_of(spark, "h7-one-pass") == len(caps)
+    assert _tasks_of(spark, "h7-one-pass") == min(len(caps), spark.sparkContext.defaultParallelism)
     assert rows == sorted(scanned, key=lambda r: [c.file for c in caps].index(r["file"]))
     assert [r["packets"] for r in rows] == [12, 13, 2, 0]
     back = ingest.read_table(spark, tmp_path / "packets", PACKETS)
@@ -107,3 +108,9 @@ def test_tables_open_in_pandas(spark, run_dir, tmp_path):
     df = pd.read_parquet(tmp_path / "packets")
     assert set(df.columns) == set(PACKETS.fieldNames()) and len(df) == 27
     assert df.groupby("node", observed=True).size().to_dict() == {"h0": 12, "h1": 13, "h2": 2}
+
+
+def test_file_bins_balance_bytes_over_the_tasks():
+    assert ingest.file_bins([10, 1, 1, 1, 9], 2) == [0, 1, 0, 1, 1]        # 10+1 | 9+1+1: 11 and 11 bytes
+    assert ingest.file_bins([5] * 4, 2) == [0, 1, 0, 1]
+    assert ingest.file_bins([3], 4) == [0] and ingest.file_bins([], 2) == []
