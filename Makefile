@@ -61,7 +61,7 @@ test-unit: venv
 test-netem: setup
 	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
 	$(NETEM_VM) --setup
-	$(NETEM_VM) --timeout 300 -- $(PY) -m pytest -p no:cacheprovider -m netem -x -q tests/integration/test_netem.py
+	$(NETEM_VM) --timeout 600 -- $(PY) -m pytest -p no:cacheprovider -m netem -x -q -s tests/integration/test_netem.py tests/integration/test_netem_fidelity.py
 
 ORCH := $(VENV)/bin/orchestrator
 # The demo: a 40-member GSGC experiment end to end on Mininet (network, fidelity probe, captures, nodes, a crash
