@@ -93,7 +93,6 @@ _LAB_FILES = ("tests/analysis/test_real_transports.py", "tests/node/test_node_pa
 # sweep) only the bookkeeping, with the fidelity verdicts printed
 _BESIDE_FILES = ("tests/integration/test_sweep.py", "tests/integration/test_hyparview_values_spark.py",
                  "tests/integration/test_pbcast_values_spark.py", "tests/integration/test_gsgc_values_spark.py",
-                 "tests/integration/test_qsm_values_spark.py", "tests/integration/test_protocols_lab.py",
                  "tests/integration/test_qsm.py")
 # lab tests that measure the machine's timing, or whose undilated runs a second lab would decide (HyParView's 60
 # members: mean reliability 0.53 after the crash on an overloaded machine, >= 0.95 alone), run with no other lab
