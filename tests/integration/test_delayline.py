@@ -34,6 +34,8 @@ from orchestrator.shaping.delayline import (
 )
 from orchestrator.shaping.params import L2_OVERHEAD_BYTES, DirParams, GilbertElliott
 
+from .helpers import near
+
 _COUNTER = itertools.count()
 # Measuring tools run real-time (below the delay line's 50), so that other load on a shared machine does not
 # add scheduling delay to what they measure.
@@ -280,7 +282,7 @@ def test_chain_rtt_5ms_per_direction(lab):
     expected = 4 * 0.005  # a>b, b>c, c>b, b>a
     print(f"a<->c RTT median {med * 1e3:.3f} ms (expected {expected * 1e3:.1f}), n={got}")
     assert got == 50
-    assert abs(med - expected) <= 0.001
+    assert near(med, expected)
     st = lab.client.stats()
     assert st["kernel_drops"] == 0 and not st["fatal"]
     for qid in ("a>b", "b>c", "c>b", "b>a"):
@@ -383,11 +385,11 @@ def test_set_cut_heal(lab):
     lab.start()
     lab.ping("a", "10.9.0.1", 2, 0.05)
     _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
-    assert abs(statistics.median(rtts) - 0.010) <= 0.001
+    assert near(statistics.median(rtts), 0.010)
     lab.client.set("a>b", DirParams(delay_s=0.025))
     _, rtts = lab.ping("a", "10.9.0.1", 20, 0.05)
     med_set = statistics.median(rtts)
-    assert abs(med_set - 0.030) <= 0.001
+    assert near(med_set, 0.030)
     lab.client.cut("a>b")
     got, _ = lab.ping("a", "10.9.0.1", 10, 0.02, wait=1)
     assert got == 0
@@ -396,7 +398,7 @@ def test_set_cut_heal(lab):
     got, rtts = lab.ping("a", "10.9.0.1", 20, 0.05)
     med_heal = statistics.median(rtts)
     print(f"RTT 10 ms -> set 25 ms: {med_set * 1e3:.2f} ms; cut: 0/10; healed: {med_heal * 1e3:.2f} ms")
-    assert got == 20 and abs(med_heal - 0.030) <= 0.001  # healed to the params it had before the cut
+    assert got == 20 and near(med_heal, 0.030)  # healed to the params it had before the cut
 
 
 @pytest.mark.root
@@ -424,12 +426,12 @@ def test_add_queue_at_runtime(lab):
     lab.start()
     lab.ping("a", "10.9.0.1", 2, 0.05)
     _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
-    assert abs(statistics.median(rtts) - 0.005) <= 0.001
+    assert near(statistics.median(rtts), 0.005)
     q = lab.shape("b>a", "b", "eth0", DirParams(delay_s=0.010))
     assert lab.client.add([q])["added"] == ["b>a"]
     netns.iptables_restore(lab.ns("b"), render_rules([("eth0", q.queue_num)]))
     _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
-    assert abs(statistics.median(rtts) - 0.015) <= 0.001
+    assert near(statistics.median(rtts), 0.015)
     with pytest.raises(OrchestratorError, match="duplicate"):
         lab.client.add([q])
 
@@ -509,9 +511,9 @@ def test_jitter_spreads_delay_and_keeps_fifo(lab, dist):
     print(f"{dist} jitter: one-way median {q(0.5) * 1e3:.2f} ms (expected {delay * 1e3:.0f}), IQR {iqr * 1e3:.2f} ms "
           f"(expected {expected_iqr * 1e3:.2f}), p3..p97 [{q(0.03) * 1e3:.2f}, {q(0.97) * 1e3:.2f}] ms")
     assert len(got) == 200
-    # tolerances: the one-way path outside the hold (wake-ups of the delay line and of the receiver) adds
-    # 0.1-0.6 ms and some noise on this kind of VM; the hold itself is checked offline to be unbiased
-    assert abs(q(0.5) - delay) <= 0.001
+    # the one-way path outside the hold (wake-ups of the delay line and of the receiver) adds 0.1-0.6 ms on a quiet
+    # machine, more on a busy one (`near`); the hold itself is checked offline to be unbiased
+    assert near(q(0.5), delay)
     assert 0.75 * expected_iqr <= iqr <= 1.3 * expected_iqr
     if dist == "uniform":  # bounded on both sides: never early (p3); late only by the path's wake-ups. The upper
         # quantile is p97 for the C engine; the Python engine's own wake-ups on a busy machine make its top few
@@ -560,10 +562,10 @@ def test_sharded_daemon_routes_control_merges_stats_and_fails_closed(lab):
     assert len(info["shards"]) == 2 and info["queues"] == 2 and info["namespaces"] == 2
     lab.ping("a", "10.9.0.1", 2, 0.05)
     _, rtts = lab.ping("a", "10.9.0.1", 20, 0.02)
-    assert abs(statistics.median(rtts) - 0.010) <= 0.001
+    assert near(statistics.median(rtts), 0.010)
     lab.client.set("a>b", DirParams(delay_s=0.025))           # a's shard
     _, rtts = lab.ping("a", "10.9.0.1", 20, 0.05)
-    assert abs(statistics.median(rtts) - 0.030) <= 0.001
+    assert near(statistics.median(rtts), 0.030)
     lab.client.cut("b>a")                                       # b's shard
     got, _ = lab.ping("a", "10.9.0.1", 5, 0.02, wait=1)
     assert got == 0
