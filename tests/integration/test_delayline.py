@@ -548,8 +548,11 @@ def test_reorder_sends_some_packets_without_delay(lab):
     assert len(got) == n
     assert abs(fast - n * reorder) <= 3 * sd
     assert seqs != sorted(seqs)
-    st = lab.client.stats(["a>b"])["queues"]["a>b"]
-    assert st["reordered"] - before == fast
+    # every packet the receiver saw undelayed was sent undelayed (the delay line is never early); a packet sent
+    # undelayed can still arrive after delay / 2 when the machine holds the sender, receiver or engine that long
+    # (94 sent, 93 seen under 5 ms with the other core busy, 2026-11-28): at most 2 % of them
+    reordered = lab.client.stats(["a>b"])["queues"]["a>b"]["reordered"] - before
+    assert fast <= reordered <= fast + n // 50, (fast, reordered)
 
 
 @pytest.mark.root
