@@ -49,8 +49,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# Two xdist workers: the root tests (labs, cgroups) one at a time in one, the analysis (Spark) tests in the other,
-# the pure unit and node tests shared (tests/conftest.py).
+# Two xdist workers: the root tests (labs, cgroups) one at a time in one, the timing tests first and alone; the
+# analysis (Spark) and node tests in the other, then the lab tests no load can change; the pure unit tests shared
+# (tests/conftest.py).
 test: setup
 	$(PY) -m pytest -n 2 -m "not netem" --durations=60 $(PYTEST_ARGS) tests
 

@@ -1,10 +1,11 @@
 """Ingest jobs: pcaps → packets table, event logs → events table (Parquet under `<run>/analysis/`).
 
-The pcaps are opened and parsed on the executors (a task per core, the files balanced by bytes), in one pass: `parse_packets` decodes each
-file into Arrow record batches of the PACKETS schema with numpy over the file's bytes (`analysis.pcapvec`; the
-per-packet decoder `analysis.pcap.packet_rows` is the reference it equals), handed to the JVM as they are
-(`DataFrame.mapInArrow`, no Python rows) and, when given a `ScanSink`, reports what the read found about the file
-(the CAPTURES row `scan_captures` gives) through a Spark accumulator, so the file is not read a second time for it.
+The pcaps are opened and parsed on the executors (a task per core, the files balanced by bytes), in one pass:
+`parse_packets` decodes each file into Arrow record batches of the PACKETS schema with numpy over the file's bytes
+(`analysis.pcapvec`; the per-packet decoder `analysis.pcap.packet_rows` is the reference it equals), handed to the
+JVM as they are (`DataFrame.mapInArrow`, no Python rows) and, when given a `ScanSink`, reports what the read found
+about the file (the CAPTURES row `scan_captures` gives) through a Spark accumulator, so the file is not read a
+second time for it.
 `ingest_packets` writes the packets table itself: each task decodes its file into the same batches and writes them
 as the table's Parquet file for that capture (pyarrow, the layout `write_packets` gives), and returns only the
 file's CAPTURES row; the JVM never turns the packets into rows (that conversion and Spark's Parquet writer were

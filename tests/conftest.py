@@ -9,8 +9,8 @@ test that would be skipped fails instead (a skip there would hide a broken insta
   of `_ALONE_FILES` first;
 - `analysis`: the analysis and node tests (Spark on synthetic runs, the protocols' simulations; no root), run the
   same way by the other worker while the first runs the `_ALONE_FILES`, then
-- `lab-beside` (`_BESIDE_FILES`): lab tests whose runs are dilated with CPU budgets, or whose assertions compare two
-  analyses of the same logs, which no load can change;
+- `lab-beside` (`_BESIDE_FILES`): lab tests whose assertions no load can change (two analyses of the same logs,
+  delivery, a sweep's bookkeeping);
 - the pure unit tests, spread over both workers.
 Two labs may thus run at once, but never beside a test of `_ALONE_FILES` (the delay line's hold error and queue
 drops, the multicast hop cost, the probe, the CPU-budget and virtual-time measurements, ...: what measures the
@@ -88,9 +88,9 @@ _LAB_FILES = ("tests/analysis/test_real_transports.py", "tests/node/test_node_pa
               "tests/unit/test_bench_floor.py")
 
 
-# lab tests that may run beside another lab (the share `lab-beside`): their runs are dilated with a CPU budget per
-# member, or what they assert compares two analyses of the same logs (the Spark path against run_values), or (the
-# sweep) only the bookkeeping, with the fidelity verdicts printed
+# lab tests that may run beside another lab (the share `lab-beside`): what they assert compares two analyses of the
+# same logs (the Spark path against run_values), or is delivery, which load delays but does not change (QSM's
+# recovery), or (the sweep) only the bookkeeping, with the fidelity verdicts printed
 _BESIDE_FILES = ("tests/integration/test_sweep.py", "tests/integration/test_hyparview_values_spark.py",
                  "tests/integration/test_pbcast_values_spark.py", "tests/integration/test_gsgc_values_spark.py",
                  "tests/integration/test_qsm.py")
@@ -194,23 +194,24 @@ def _holder(item: pytest.Item) -> str:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Under xdist, a lab test runs holding `_LabLock` (see the module's docstring)."""
+    share = share_of(item.nodeid)
     lock: _LabLock | None = getattr(item.config, "_lab_lock", None)
-    path = item.nodeid.split("::", 1)[0]
-    if lock is None and hasattr(item.config, "workerinput") and share_of(item.nodeid) in ("lab", "lab-beside"):
+    if lock is None and hasattr(item.config, "workerinput") and share in ("lab", "lab-beside"):
         root = item.config._tmp_path_factory.getbasetemp().parent      # shared by the workers of this session
         lock = item.config._lab_lock = _LabLock(root)
-    if lock is not None and share_of(item.nodeid) in ("lab", "lab-beside"):
-        lock.enter(_holder(item), exclusive=path in _ALONE_FILES)
+    holder = _holder(item)
+    if lock is not None and share in ("lab", "lab-beside"):
+        lock.enter(holder, exclusive=holder == "alone")
     elif lock is not None:
         lock.leave()
     start = time.time()
     yield
-    if lock is not None and (nextitem is None or _holder(nextitem) != _holder(item)):
+    if lock is not None and (nextitem is None or _holder(nextitem) != holder):
         lock.leave()
     if os.environ.get("TEST_TIMELINE"):       # worker, start, end, test: which share ends the run, and when
         worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
         with open(os.environ["TEST_TIMELINE"], "a") as f:
-            f.write(f"{worker} {start:.1f} {time.time():.1f} {share_of(item.nodeid)} {item.nodeid}\n")
+            f.write(f"{worker} {start:.1f} {time.time():.1f} {share} {item.nodeid}\n")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

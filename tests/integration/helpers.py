@@ -103,15 +103,12 @@ def cli(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subp
 def event_lines(f: Path) -> list[dict]:
     """The events of one event log (JSON lines). A member killed mid-write (a crash is SIGKILL) leaves a torn last
     line without its newline: skipped, as the analysis skips it; any other line that does not parse fails."""
-    text = f.read_text()
-    lines = text.split("\n")
-    torn = lines.pop() if not text.endswith("\n") else ""
-    out = [json.loads(x) for x in lines if x.strip()]
-    if torn.strip():
-        try:
-            out.append(json.loads(torn))
-        except json.JSONDecodeError:
-            pass
+    *whole, last = f.read_text().split("\n")          # `last`: "" when the file ends with its newline
+    out = [json.loads(x) for x in whole if x.strip()]
+    try:
+        out.append(json.loads(last))
+    except json.JSONDecodeError:
+        pass
     return out
 
 
