@@ -50,8 +50,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Two xdist workers: the root tests (labs, cgroups) one at a time in one, the timing tests first and alone; the
-# analysis (Spark) and node tests in the other, then the lab tests no load can change; the pure unit tests shared
-# (tests/conftest.py).
+# analysis (Spark) and node tests in the other, then the pure unit tests (while the timing tests still run), then
+# the lab tests no load can change (tests/conftest.py).
 test: setup
 	$(PY) -m pytest -n 2 -m "not netem" --durations=60 $(PYTEST_ARGS) tests
 

@@ -9,9 +9,10 @@ test that would be skipped fails instead (a skip there would hide a broken insta
   of `_ALONE_FILES` first;
 - `analysis`: the analysis and node tests (Spark on synthetic runs, the protocols' simulations; no root), run the
   same way by the other worker while the first runs the `_ALONE_FILES`, then
+- the pure unit tests, one at a time by whichever worker needs work (in practice the second, while the first still
+  holds the lab lock alone), then
 - `lab-beside` (`_BESIDE_FILES`): lab tests whose assertions no load can change (two analyses of the same logs,
-  delivery, a sweep's bookkeeping);
-- the pure unit tests, spread over both workers.
+  delivery, a sweep's bookkeeping).
 Two labs may thus run at once, but never beside a test of `_ALONE_FILES` (the delay line's hold error and queue
 drops, the multicast hop cost, the probe, the CPU-budget and virtual-time measurements, ...: what measures the
 machine's timing): those hold the lab lock exclusively, from the first to the last, every other lab module holds it
@@ -131,19 +132,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     and any(it.get_closest_marker(m) is not None for m in _LAB_MARKERS)})
     if stray:
         raise pytest.UsageError(f"tests/conftest.py: add {stray} to _LAB_FILES (they hold tests with a lab marker)")
-    items.sort(key=lambda it: share_of(it.nodeid) == "lab" and it.nodeid.split("::", 1)[0] not in _ALONE_FILES)
+    items.sort(key=_run_order)
+
+
+# the collection's order, which is the order the scheduler hands out its scopes (`Shares`): the lab (its
+# `_ALONE_FILES` first), the analysis, the pure tests, then `lab-beside`, so that the worker that ends the analysis
+# runs the pure tests while the alone batch holds the lab lock, instead of waiting for it
+_SHARE_ORDER = {"lab": 0, "analysis": 1, None: 2, "lab-beside": 3}
+
+
+def _run_order(item: pytest.Item) -> tuple[int, bool]:
+    share = share_of(item.nodeid)
+    return _SHARE_ORDER[share], share == "lab" and item.nodeid.split("::", 1)[0] not in _ALONE_FILES
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """xdist's loadscope scheduler over the shares: `lab`, `analysis` and `lab-beside` are one scope each (largest
-    first: each worker starts one of the first two and the first to need more work takes `lab-beside`), every other
-    test its own."""
+    """xdist's loadscope scheduler over the shares: `lab`, `analysis` and `lab-beside` are one scope each, every
+    other test its own, handed out in collection order (`_run_order`), not largest first: each worker starts one of
+    the first two, and a worker takes the next scope when it has at most two tests left."""
     from xdist.scheduler import LoadScopeScheduling
 
     class Shares(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return share_of(nodeid) or nodeid
 
+    config.option.loadscopereorder = False
     return Shares(config, log)
 
 

@@ -141,9 +141,10 @@ def spark_frames(spark, run):
     return events, members, crash, metrics.lifetimes(events, members, crash, run.end)
 
 
-def spark_values(run, view: str, events, members, crash, life) -> dict:
+def spark_values(run, view: str, events, members, crash, life, graphs: bool = True) -> dict:
     """overlay's Spark transforms over a run's tables, as run_values' keys (the plug-in's Spark metrics before
-    issue #38). Shared with tests/integration/test_hyparview_values_spark.py."""
+    issue #38); with `graphs`, the overlay's graph metrics too (about 15 s of Spark jobs per graph). Shared with
+    tests/integration/test_hyparview_values_spark.py."""
     from pyspark.sql import functions as F
 
     crash_ts = crash.agg(F.min("crash_ts")).first()[0]
@@ -164,7 +165,7 @@ def spark_values(run, view: str, events, members, crash, life) -> dict:
     out["reliability_after_failure"] = [r["reliability"] for r in h["after_failure"]]
     out["max_hops_before"] = overlay.hops_to_delivery(events, overlay.reliability(events, members, life),
                                                       crash_ts)["max_hops_mean"]
-    for label, t in (("before", crash_ts - 1e-3 if crash_ts is not None else end), ("end", end)):
+    for label, t in (("before", crash_ts - 1e-3 if crash_ts is not None else end), ("end", end)) if graphs else ():
         g = overlay.graph_metrics(overlay.edges_at(events, members, crash, t, view),
                                   overlay.live_members(members, crash, life, t))
         out.update({f"members_{label}": g["members"], f"edges_{label}": g["edges"],

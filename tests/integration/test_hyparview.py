@@ -1,6 +1,7 @@
 """HyParView against Cyclon on a real lab (seed 003 §5.2, reduced): 60 members, 60 % of them crash at once
 (SIGKILL); HyParView's reliability after the first few broadcasts stays >= 0.95 while Cyclon's is measurably
-lower; the overlay's graph metrics computed in Spark equal networkx's on the same event log."""
+lower; HyParView's active views are symmetric before the crash. (The overlay's graph metrics in Spark against
+networkx on a real run: test_hyparview_values_spark.py, which runs beside other labs.)"""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ import os
 import statistics
 from pathlib import Path
 
-import networkx as nx
 import pytest
 import yaml
 
@@ -94,32 +94,12 @@ def test_hyparview_stays_reliable_after_a_60_percent_crash_where_cyclon_does_not
     assert statistics.fmean(values["cyclon"]) < statistics.fmean(values["hyparview"]) - 0.05
 
 
-@pytest.mark.spark
-def test_graph_metrics_from_spark_equal_networkx_on_the_run_event_log(runs, spark):
-    from analysis.protocols import overlay
-
+def test_the_active_views_are_symmetric_before_the_crash(runs):
     ids, events, crashed = load(runs["hyparview"])
-    crash_ts = min(crashed.values())
-    t = crash_ts - 0.5
-    views: dict[int, set[int]] = {i: set() for m, i in ids.items()}
+    t = min(crashed.values()) - 0.5
+    views: dict[int, set[int]] = {i: set() for i in ids.values()}
     for e in sorted((e for e in events if e.get("event") == "view_changed" and e.get("view") == "active"
                      and e["ts"] <= t), key=lambda e: (e["ts"], e["change"])):
         (views[ids[e["node"]]].add if e["op"] == "add" else views[ids[e["node"]]].discard)(e["peer"])
-    g = nx.DiGraph()
-    g.add_nodes_from(views)
-    g.add_edges_from((i, j) for i, vs in views.items() for j in vs)
-    lengths = [d for s, ts in nx.all_pairs_shortest_path_length(g) for x, d in ts.items() if s != x]
-    rows = [(e["ts"], e["node"], e["event"], e.get("seq"), e.get("origin"), e.get("op"), json.dumps(e))
-            for e in events if "node" in e]
-    ev = spark.createDataFrame(rows, "ts double, node string, event string, seq long, origin long, op string, "
-                                     "raw string")
-    members = spark.createDataFrame([(i, m) for m, i in ids.items()], "member_id int, member string")
-    crash = spark.createDataFrame(list(crashed.items()), "member string, crash_ts double")
-    life = spark.createDataFrame([(m, 0.0, crashed.get(m), None) for m in ids],
-                                 "member string, started_ts double, crashed_ts double, end_ts double")
-    m = overlay.graph_metrics(overlay.edges_at(ev, members, crash, t, "active"),
-                              overlay.live_members(members, crash, life, t))
-    assert m["edges"] == g.number_of_edges() >= MEMBERS
-    assert m["clustering"] == pytest.approx(nx.average_clustering(g.to_undirected()), abs=1e-9)
-    assert m["shortest_path_mean"] == pytest.approx(statistics.fmean(lengths), abs=1e-9)
-    assert all(i in views[j] for i in views for j in views[i])        # symmetric before the crash
+    assert sum(len(v) for v in views.values()) >= MEMBERS
+    assert all(i in views[j] for i in views for j in views[i])
