@@ -236,11 +236,13 @@ UDP_TIMED_RECEIVER = textwrap.dedent("""
 UDP_PACED_SENDER = textwrap.dedent("""
     import socket, struct, sys, time
     dst, n, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    # optional: the first send's CLOCK_MONOTONIC time, and offsets (s) added to the sends in turn
+    t0 = float(sys.argv[4]) if len(sys.argv) > 4 else time.monotonic()
+    offsets = [float(x) for x in sys.argv[5].split(",")] if len(sys.argv) > 5 else [0.0]
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     pad = b"x" * 60
-    t0 = time.monotonic()
     for i in range(n):
-        d = t0 + i * gap - time.monotonic()
+        d = t0 + i * gap + offsets[i % len(offsets)] - time.monotonic()
         if d > 0:
             time.sleep(d)
         s.sendto(struct.pack("!Id", i, time.monotonic()) + pad, (dst, 9999))
@@ -560,6 +562,36 @@ def test_jitter_spreads_delay_and_keeps_fifo(lab, dist):
     got = timed_flow(lab, 300, 0.001)
     seqs = [x[0] for x in got]
     assert seqs == sorted(seqs) and len(seqs) == 300
+
+
+@pytest.mark.root
+def test_a_packet_arriving_as_the_release_timer_fires_is_not_released_early(lab):
+    """The delay line's arrival stamp when a packet and the release timer wake it together: the packet arrived
+    during that sleep (epoll is level-triggered), not before it. b -> a packets every 5 ms are released by the
+    timer every 5 ms; a -> b packets are sent at those release times plus offsets from -300 to +300 us, so some
+    arrive in the timer's own wake-up. Each a -> b packet is held its 10 ms (none early by more than the timer
+    advance, 150 us at most). (Stamped at the previous wake-up before, such packets left up to ~2 ms early.)"""
+    delay = 0.010
+    pair(lab, DirParams(delay_s=delay), DirParams(delay_s=delay))
+    lab.start()
+    lab.ping("a", "10.9.0.1", 1, 0.2)
+    rxs = [lab.spawn(dst, RT + [sys.executable, "-c", UDP_TIMED_RECEIVER, "1.0", "30"]) for dst in "ba"]
+    for rx in rxs:
+        assert rx.stdout.readline().strip() == "bound"
+    n, gap = 400, 0.005
+    t0 = time.monotonic() + 1.0                      # CLOCK_MONOTONIC is one clock for every namespace
+    offsets = ",".join(f"{(k - 15) * 20e-6:.6f}" for k in range(31))
+    txs = [lab.spawn("b", RT + [sys.executable, "-c", UDP_PACED_SENDER, "10.9.0.0", str(n), str(gap), f"{t0:.6f}"]),
+           lab.spawn("a", RT + [sys.executable, "-c", UDP_PACED_SENDER, "10.9.0.1", str(n), str(gap),
+                                f"{t0 + delay:.6f}", offsets])]
+    for tx in txs:
+        assert tx.wait(timeout=30) == 0, tx.stderr.read()
+    ab, ba = ([x[1] for x in json.loads(rx.communicate(timeout=30)[0])] for rx in rxs)
+    print(f"a -> b one-way min {min(ab) * 1e3:.3f} ms, median {statistics.median(ab) * 1e3:.3f} ms; "
+          f"b -> a min {min(ba) * 1e3:.3f} ms ({len(ab)}, {len(ba)} packets)")
+    assert len(ab) == n and len(ba) == n
+    early = sorted(d for d in ab + ba if d < delay - 0.0002)
+    assert not early, f"{len(early)} packets early: {[round(d * 1e3, 3) for d in early[:10]]} ms"
 
 
 @pytest.mark.root

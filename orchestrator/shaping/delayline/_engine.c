@@ -874,7 +874,8 @@ int engine_run(dl_engine *e, double until) {
                 break;
             }
         if (e->hlen && e->heap[0].t <= now + advance) engine_release(e, now, now + advance);
-        int r = dispatch(e, evs, n, now, (now - t_poll > 20e-6 && !fired) ? t_poll : NAN, e->t_prev, &py_ready);
+        /* a packet found after a sleep arrived during it, also when the timer ended the sleep (loop.py) */
+        int r = dispatch(e, evs, n, now, (now - t_poll > 20e-6) ? t_poll : NAN, e->t_prev, &py_ready);
         if (r < 0) return r;
         e->t_prev = now;
         for (;;) {

@@ -433,8 +433,9 @@ class EventLoop:
             if next_due() <= now + advance:
                 self._release(now)
             # a packet found without sleeping arrived after the previous epoll_wait returned (level-triggered:
-            # that one would have reported it otherwise)
-            dispatch(events, now, t_poll if (now - t_poll > 20e-6 and not fired) else None, t_prev)
+            # that one would have reported it otherwise); one found after a sleep arrived during it, also when
+            # the timer ended the sleep (it came with the timer's wake-up, not at the previous one)
+            dispatch(events, now, t_poll if now - t_poll > 20e-6 else None, t_prev)
             t_prev = now
             # Verdicts make the next namespaces forward the released packets inside the send itself, so
             # their sockets have work now: serve it in this wake-up, then arm the timer once.
