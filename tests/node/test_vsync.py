@@ -621,16 +621,16 @@ def test_sim_leader_crash_mid_stream():
 
 def test_sim_committee_member_paused():
     """k = 3: committee member 2 (not the leader) is paused for 3 s. The leader's ORDERs to it stay unacknowledged
-    for ack_timeout_s: it starts a view change, whose committee round replaces 2 by 3; 2 is dropped (it answers
-    nothing), asks to rejoin when it resumes and is readmitted with a state transfer; ordering goes on; nobody else
-    is dropped."""
+    for ack_timeout_s (1 s): it starts a view change then, 2 s before the periodic one would (at 5 s), whose
+    committee round replaces 2 by 3; 2 is dropped (it answers nothing), asks to rejoin when it resumes and is
+    readmitted with a state transfer; ordering goes on; nobody else is dropped."""
     n = 10
-    cfgs = make_configs(n, {"name": "vsync", "k": 3, "view_period_s": 3.0}, senders=[5, 8], rate_per_s=50,
+    cfgs = make_configs(n, {"name": "vsync", "k": 3, "view_period_s": 5.0}, senders=[5, 8], rate_per_s=50,
                         stop_s=9, seed=6)
     sim = Sim(cfgs, loss=0.01, seed=6)
     sim.pause(2, 2.0, 3.0)
     sim.run(10)
-    safety(sim, range(n), min_items=500, min_views=3)
+    safety(sim, range(n), min_items=500, min_views=2)
     rounds = [e.fields for _i, e in sim.of("committee_round") if e.fields["removed"]]
     assert rounds[0]["removed"] == [2] and rounds[0]["added"] == [3] and rounds[0]["reason"] == "committee"
     dropped = {d for _i, e in sim.of("view_change_decided") for d in e.fields["dropped"]}
@@ -653,7 +653,10 @@ def test_sim_issue_34_leader_then_another_committee_member_paused():
     sim.pause(0, 3.0, 3.0)
     sim.pause(2, 9.0, 3.0)
     sim.run(18)
-    ref = safety(sim, range(n), min_items=1500, min_views=4)
+    # ordering stops for ~6 s of the 16: the leader's pause until the takeover (1 s) and that view change (1 s,
+    # waiting for the paused leader), member 2's stall (found after ack_timeout_s, a committee round and a view
+    # change of 1 s each, both waiting for it), two periodic view changes (~0.5 s): 150/s x 10 s x 0.9
+    ref = safety(sim, range(n), min_items=1350, min_views=4)
     assert len(sim.of("leader_elected")) >= 1
     dropped = {d for _i, e in sim.of("view_change_decided") for d in e.fields["dropped"]}
     assert dropped and dropped <= {0, 2}                              # only the paused ones

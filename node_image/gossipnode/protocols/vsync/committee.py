@@ -130,7 +130,15 @@ class CommitteeRole:
 
     def committee_tick(self, now: float, out: Output) -> None:
         if not self.is_leader:
-            if self.status == "member" and now >= self._takeover_at():
+            due = self._takeover_at()
+            if self.status == "member" and now >= due:
+                if now - due > self.p.leader_timeout / 2:
+                    # we woke up long after our own deadline: we were not running (paused, descheduled), so the
+                    # silence is ours, and what the leader sent meanwhile is still to be read: one more timeout
+                    out.log(now, "takeover_deferred", late_s=now - due, leader=self.leader, epoch=self.epoch)
+                    self.counters["takeover_deferred"] += 1
+                    self.heard_leader = now
+                    return
                 self._take_over(now, out)
             return
         if now >= self.hb_at:
@@ -409,6 +417,13 @@ class CommitteeRole:
             self.counters["takeover_aborted"] += 1
             self.adopt_committee(msg.epoch, msg.view, msg.committee, now, out, force=True)
             self.heard_leader = now
+            return
+        if self.is_leader and msg.epoch > self.epoch and msg.committee[0] not in self.committee:
+            # a newer epoch led by a member our committee round removed (or never had): no committee member
+            # accepts such a takeover, so we stay, and tell it ours
+            self.counters["leader_notice_refused"] += 1
+            out.log(now, "leader_notice_refused", by=msg.sender, epoch=msg.epoch, leader=msg.committee[0])
+            out.send.append((msg.sender, self._notice()))
             return
         if (msg.epoch, msg.view) > self.stamp:
             self.adopt_committee(msg.epoch, msg.view, msg.committee, now, out)
