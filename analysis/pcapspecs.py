@@ -166,7 +166,8 @@ def _pbcast_valid(m: _Msgs, data=(1, 2), digest=(3, 4)) -> np.ndarray:
 
 
 # vsync: P_DATA.. P_SOLICIT (1-4) are pbcast's; GSEQ_REQ 5, GSEQ_ACK 6, ORDER 7, ORDER_ACK 8, REPAIR_REQ 9,
-# REPAIR_ITEMS 10, ACK_PREFRESH 11 (no header)
+# REPAIR_ITEMS 10, ACK_PREFRESH 11, HEARTBEAT 12, CPROBE 13, CACK 14, LEADER 15, PREFRESH 16, JOIN 17, STATE 18,
+# EXCLUDED 19 (no header)
 def _vsync_header(m: _Msgs):
     pb = m.of(1, 2, 3, 4)
     seq, seq_ok, rnd, _, _ = _pbcast_header(m)
@@ -185,6 +186,10 @@ def _vsync_valid(m: _Msgs) -> np.ndarray:
     ok = m.of(1, 2, 3, 4) & _pbcast_valid(m)
     ok |= m.of(5, 7) & (n >= 4) & (m.u32(0) != 0)
     ok |= ((t == 6) & (n == 12)) | ((t == 8) & (n == 4)) | ((t == 9) & (n == 6)) | ((t == 11) & (n == 8))
+    ok |= (m.of(12, 14) & (n == 8)) | (m.of(17, 19) & (n == 4)) | (t == 16)
+    ok |= (t == 18) & (n >= 4) & (m.u32(0) != 0)
+    for kind, fixed in ((13, 12), (15, 8)):          # CPROBE, LEADER: fixed fields, then the committee
+        ok |= _committee_ok(m, (t == kind) & (n >= fixed + 2), fixed)
     items = (t == 10) & (n >= 6)
     if items.any():
         count = np.where(items, m.u16(4), 0)
@@ -200,6 +205,21 @@ def _vsync_valid(m: _Msgs) -> np.ndarray:
             off = np.where(act, off + 6 + size, off)
         ok |= good & (off == n)
     return ok
+
+
+def _committee_ok(m: _Msgs, rows: np.ndarray, off: int) -> np.ndarray:
+    """vsync's `_committee` at `off`: a count u16 >= 1, that many member ids u16, distinct, to the message's end."""
+    count = np.where(rows, m.u16(off), 0)
+    good = rows & (count >= 1) & (m.n == off + 2 + 2 * count)
+    if not good.any():
+        return good
+    width = int(count[good].max())
+    k = np.arange(width)
+    ids = m.b.u16((m.r0 + off + 2)[good][:, None] + 2 * k[None, :]).astype(np.int64)
+    ids = np.sort(np.where(k[None, :] < count[good][:, None], ids, -1 - k[None, :]), axis=1)  # padding: distinct
+    out = good.copy()
+    out[good] = (np.diff(ids, axis=1) != 0).all(axis=1)
+    return out
 
 
 # tradvsync: DATA 1/RETRANS 2 seq u32 (not 0), payload; ACK 3 origin u16, upto u32; NAK 4 origin, first, last

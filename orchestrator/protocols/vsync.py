@@ -1,5 +1,6 @@
-"""vsync's orchestrator-side check: the leader committee (members 0..k-1) must fit in the group, known only once
-the plan has its members (a SpecError: exit 2 before anything is built)."""
+"""vsync's orchestrator-side check: the leader committee (members 0..k-1 at the start) must fit in the group with
+a member left to replace a failed one (the node's own check, protocols/vsync/params.py), known only once the plan
+has its members (a SpecError: exit 2 before anything is built)."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,8 +12,9 @@ from . import Adapter, Context
 
 def _vsync_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
     k = params.get("k", 1)
-    if k > ctx.members:
-        raise SpecError(f"protocol.vsync.k: a committee of {k} is larger than the group ({ctx.members} members)")
+    if k > ctx.members - 1:
+        raise SpecError(f"protocol.vsync.k: a committee of {k} is larger than the group ({ctx.members} members) "
+                        f"after a member's failure: k must be at most {ctx.members - 1}")
     return params
 
 

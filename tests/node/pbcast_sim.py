@@ -4,7 +4,11 @@ Every message goes through `wire.encode`/`wire.decode`, is lost with probability
 after a random latency; a multicast is one packet reaching every other member of the group, each copy lost
 independently. Crashed members neither act nor receive. Paused members (SIGSTOP) act and receive only when they
 resume, everything that came due meanwhile at once; `perturb` pauses a member for 100 ms intervals with
-probability p (the orchestrator's `perturb`, seed 001 §2.1). All randomness comes from the seed.
+probability p (the orchestrator's `perturb`, seed 001 §2.1). `intercept` lets a test lose or hold back chosen
+unicast messages (a rule sees source, destination, the message and the time). `slow` gives a member a processing
+time per received message: its messages wait in a FIFO queue served one at a time, and a pause stops the server
+(the paper's members at their "maximum stable rate", seed 001 §6.1-6.2, whose backlog grows when perturbed). All
+randomness comes from the seed.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import itertools
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gossipnode import wire
 from gossipnode.config import NodeConfig
@@ -58,6 +62,11 @@ class Sim:
         self.sent_by_type: Counter[str] = Counter()
         self.recv_by_node_type: Counter[tuple[int, str]] = Counter()
         self.lost = 0
+        self.intercepted = 0
+        self.service: dict[int, float] = {}
+        self.backlog: dict[int, list[bytes]] = {}
+        self.serving: set[int] = set()
+        self.rules: list[Callable[[int, int, object, float], object]] = []
         self._queue: list[tuple[float, int, str, int, object]] = []
         self._order = itertools.count()
         self._tick_at: dict[int, float] = {}
@@ -73,6 +82,16 @@ class Sim:
     def _push(self, at: float, kind: str, node_id: int, payload: object) -> None:
         if at != float("inf"):
             heapq.heappush(self._queue, (at, next(self._order), kind, node_id, payload))
+
+    def intercept(self, rule: Callable[[int, int, object, float], object]) -> None:
+        """`rule(src, dst, msg, now)` for every unicast message sent: None lets it through, "drop" loses it, a
+        time holds it back until then (it is delivered after that time plus the usual latency)."""
+        self.rules.append(rule)
+
+    def slow(self, node_id: int, service_s: float) -> None:
+        """Member `node_id` takes `service_s` to process each message it receives (FIFO, one at a time)."""
+        self.service[node_id] = service_s
+        self.backlog[node_id] = []
 
     def crash(self, node_id: int, at: float) -> None:
         self._push(at, "crash", node_id, None)
@@ -95,10 +114,21 @@ class Sim:
     def _record(self, node_id: int, out: Output) -> None:
         self.events.extend((node_id, e) for e in out.events)
         copies: list[tuple[int, bytes, float]] = []
+        held: list[tuple[int, bytes, float]] = []
         for dest, msg in [*out.send, *out.stream]:
             data = wire.encode(msg)
             self.sent_by_type[wire.header_fields(data)["type_name"]] += 1
+            verdicts = [v for v in (rule(node_id, dest, msg, self.now) for rule in self.rules) if v is not None]
+            if "drop" in verdicts:
+                self.intercepted += 1
+                continue
+            if verdicts:
+                self.intercepted += 1
+                held.append((dest, data, max(float(v) for v in verdicts)))  # type: ignore[arg-type]
+                continue
             copies.append((dest, data, self.loss))
+        for dest, data, until in held:
+            self._push(max(self.now, until) + self.rng.uniform(*self.latency), "deliver", dest, data)
         for group, msg in out.mcast:
             data = wire.encode(msg)
             self.sent_by_type[wire.header_fields(data)["type_name"]] += 1
@@ -131,6 +161,19 @@ class Sim:
                     self._push(resume, kind, node_id, payload)
                 continue
             node = self.nodes[node_id]
+            if kind == "deliver" and node_id in self.service:
+                self.backlog[node_id].append(payload)  # type: ignore[arg-type]
+                if node_id not in self.serving:
+                    self.serving.add(node_id)
+                    self._push(at, "serve", node_id, None)
+                continue
+            if kind == "serve":
+                payload = self.backlog[node_id].pop(0)
+                if self.backlog[node_id]:
+                    self._push(at + self.service[node_id], "serve", node_id, None)
+                else:
+                    self.serving.discard(node_id)
+                kind = "deliver"
             if kind == "crash":
                 self.crashed.add(node_id)
             elif kind == "tick":

@@ -12,6 +12,11 @@ its Vsync layer with its own message classes.
   solicitation is answered with retransmissions from the buffer, at most `max_repairs` each.
 
 Messages are delivered (returned as `Delivery`) on first arrival; duplicates are counted, never delivered again.
+
+Blocking (a hook for vsync, whose view changes block "the multicast dissemination", seed 001 §5.2):
+`block(origin, upto)` holds back the anti-entropy of `origin`'s messages 1..upto — digests leave them out, they are
+neither solicited, pushed nor served — until `unblock(origin)`; arrivals are still accepted, later messages of
+the origin and other origins gossip as usual. pbcast itself never blocks.
 """
 from __future__ import annotations
 
@@ -51,7 +56,17 @@ class Pbcast:
         self.round = 0
         self.clock = StepClock(params.round_s, now, rng)
         self.counters: Counter[str] = Counter()
+        self.blocked: dict[int, int] = {}   # origin -> its messages 1..upto are held back (vsync's view changes)
         self.set_members(members)
+
+    # ---- blocking (vsync) ------------------------------------------------------------------------------------
+
+    def block(self, origin: int, upto: int) -> None:
+        """Hold back the anti-entropy of `origin`'s messages 1..upto (digest, solicit, push, serve)."""
+        self.blocked[origin] = upto
+
+    def unblock(self, origin: int) -> None:
+        self.blocked.pop(origin, None)
 
     # ---- membership ------------------------------------------------------------------------------------------
 
@@ -133,7 +148,7 @@ class Pbcast:
             budget = self.p.max_repairs
             for origin, first, last in digest.ranges:
                 r = self.receipts[origin]
-                seq = max(first, r.r + 1)
+                seq = max(first, r.r + 1, self.blocked.get(origin, 0) + 1)
                 while seq <= last and budget > 0:
                     if seq in r.ahead:
                         seq += 1
@@ -157,7 +172,7 @@ class Pbcast:
             young = self.round - self.gc_rounds // 2
             pushed = 0
             for (origin, seq), (payload, root, arrived) in self.buffer.items():
-                if arrived < young:
+                if arrived < young or seq <= self.blocked.get(origin, 0):
                     continue
                 rs = starts.get(origin, [])
                 i = bisect_right(rs, (seq, 0xFFFFFFFF)) - 1
@@ -174,6 +189,7 @@ class Pbcast:
     def _serve(self, solicit: Digest, out: Output) -> None:
         sent = 0
         for origin, first, last in solicit.ranges:
+            first = max(first, self.blocked.get(origin, 0) + 1)
             for seq in range(first, min(last, first + self.p.max_repairs) + 1):
                 held = self.buffer.get((origin, seq))
                 if held is None:
@@ -193,7 +209,8 @@ class Pbcast:
         """The buffer as inclusive ranges per origin (the newest `max_ranges` if there are more)."""
         seqs: dict[int, list[int]] = {}
         for origin, seq in self.buffer:
-            seqs.setdefault(origin, []).append(seq)
+            if seq > self.blocked.get(origin, 0):
+                seqs.setdefault(origin, []).append(seq)
         ranges: list[tuple[int, int, int]] = []
         for origin in sorted(seqs):
             run_first = run_last = None
