@@ -249,12 +249,28 @@ UDP_PACED_SENDER = textwrap.dedent("""
 """)
 
 
+_TO = {"a": ("b", "10.9.0.1"), "b": ("a", "10.9.0.0")}     # sender -> (receiving namespace, its address)
+
+
+def timed_flows(lab: Lab, flows: dict[str, tuple]) -> dict[str, list[tuple[int, float]]]:
+    """All at once, for each sender ("a" or "b") -> (n, gap[, first send's CLOCK_MONOTONIC time[, offsets]]), the
+    arguments of UDP_PACED_SENDER: n timestamped UDP datagrams to the other namespace every `gap` s; returns
+    sender -> [(seq, one-way delay)] in arrival order."""
+    total = max(f[0] * f[1] for f in flows.values()) + 20
+    rxs = {src: lab.spawn(_TO[src][0], RT + [sys.executable, "-c", UDP_TIMED_RECEIVER, "1.0", str(total)])
+           for src in flows}
+    for rx in rxs.values():
+        assert rx.stdout.readline().strip() == "bound"
+    txs = [lab.spawn(src, RT + [sys.executable, "-c", UDP_PACED_SENDER, _TO[src][1], *map(str, f)])
+           for src, f in flows.items()]
+    for tx in txs:
+        assert tx.wait(timeout=total + 10) == 0, tx.stderr.read()
+    return {src: [tuple(x) for x in json.loads(rx.communicate(timeout=total + 10)[0])] for src, rx in rxs.items()}
+
+
 def timed_flow(lab: Lab, n: int, gap: float) -> list[tuple[int, float]]:
     """n timestamped UDP datagrams a -> b every `gap` s; returns [(seq, one-way delay)] in arrival order."""
-    rx = lab.spawn("b", RT + [sys.executable, "-c", UDP_TIMED_RECEIVER, "1.0", str(n * gap + 20)])
-    assert rx.stdout.readline().strip() == "bound"
-    lab.sh("a", RT + [sys.executable, "-c", UDP_PACED_SENDER, "10.9.0.1", str(n), str(gap)])
-    return [tuple(x) for x in json.loads(rx.communicate(timeout=n * gap + 30)[0])]
+    return timed_flows(lab, {"a": (n, gap)})["a"]
 
 
 def udp_receiver(lab: Lab, short: str, idle: float, total: float) -> subprocess.Popen:
@@ -518,20 +534,6 @@ def quantiles_within_noise(measured: list[float], noise: list[float], ppf, level
     return bad
 
 
-def timed_flows(lab: Lab, n: int, gap: float, dense: int) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """`timed_flow` a -> b and, over the same seconds, `dense` times as many b -> a: ([(seq, one-way delay)] a -> b,
-    b -> a)."""
-    rxs = [lab.spawn(dst, RT + [sys.executable, "-c", UDP_TIMED_RECEIVER, "1.0", str(n * gap + 20)]) for dst in "ba"]
-    for rx in rxs:
-        assert rx.stdout.readline().strip() == "bound"
-    txs = [lab.spawn(src, RT + [sys.executable, "-c", UDP_PACED_SENDER, ip, str(k), str(g)])
-           for src, ip, k, g in (("a", "10.9.0.1", n, gap), ("b", "10.9.0.0", n * dense, gap / dense))]
-    for tx in txs:
-        assert tx.wait(timeout=n * gap + 30) == 0, tx.stderr.read()
-    ab, ba = ([tuple(x) for x in json.loads(rx.communicate(timeout=n * gap + 30)[0])] for rx in rxs)
-    return ab, ba
-
-
 @pytest.mark.root
 @pytest.mark.parametrize("dist", ["uniform", "normal"])
 def test_jitter_spreads_delay_and_keeps_fifo(lab, dist):
@@ -541,7 +543,8 @@ def test_jitter_spreads_delay_and_keeps_fifo(lab, dist):
     pair(lab, DirParams(delay_s=delay, jitter_s=jitter, jitter_dist=dist), DirParams(delay_s=delay))
     lab.start()
     lab.ping("a", "10.9.0.1", 1, 0.2)
-    got, ref = timed_flows(lab, n, 0.030, dense=4)
+    flows = timed_flows(lab, {"a": (n, 0.030), "b": (4 * n, 0.030 / 4)})   # b -> a 4x denser, the same seconds
+    got, ref = flows["a"], flows["b"]
     assert len(got) == n and len(ref) == 4 * n
     noise = [d - delay for _, d in ref]   # the unjittered b -> a flow: the path's noise over the same seconds
     if dist == "uniform":   # bounded on both sides: [delay - jitter, delay + jitter]
@@ -575,18 +578,11 @@ def test_a_packet_arriving_as_the_release_timer_fires_is_not_released_early(lab)
     pair(lab, DirParams(delay_s=delay), DirParams(delay_s=delay))
     lab.start()
     lab.ping("a", "10.9.0.1", 1, 0.2)
-    rxs = [lab.spawn(dst, RT + [sys.executable, "-c", UDP_TIMED_RECEIVER, "1.0", "30"]) for dst in "ba"]
-    for rx in rxs:
-        assert rx.stdout.readline().strip() == "bound"
     n, gap = 400, 0.005
     t0 = time.monotonic() + 1.0                      # CLOCK_MONOTONIC is one clock for every namespace
     offsets = ",".join(f"{(k - 15) * 20e-6:.6f}" for k in range(31))
-    txs = [lab.spawn("b", RT + [sys.executable, "-c", UDP_PACED_SENDER, "10.9.0.0", str(n), str(gap), f"{t0:.6f}"]),
-           lab.spawn("a", RT + [sys.executable, "-c", UDP_PACED_SENDER, "10.9.0.1", str(n), str(gap),
-                                f"{t0 + delay:.6f}", offsets])]
-    for tx in txs:
-        assert tx.wait(timeout=30) == 0, tx.stderr.read()
-    ab, ba = ([x[1] for x in json.loads(rx.communicate(timeout=30)[0])] for rx in rxs)
+    flows = timed_flows(lab, {"b": (n, gap, f"{t0:.6f}"), "a": (n, gap, f"{t0 + delay:.6f}", offsets)})
+    ab, ba = ([x[1] for x in flows[src]] for src in "ab")
     print(f"a -> b one-way min {min(ab) * 1e3:.3f} ms, median {statistics.median(ab) * 1e3:.3f} ms; "
           f"b -> a min {min(ba) * 1e3:.3f} ms ({len(ab)}, {len(ba)} packets)")
     assert len(ab) == n and len(ba) == n
