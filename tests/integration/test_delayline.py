@@ -32,6 +32,7 @@ from orchestrator.shaping.delayline import (
     start_delayline,
     stop_delayline,
 )
+from orchestrator.shaping.delayline.loop import ADVANCE_MAX_S
 from orchestrator.shaping.params import L2_OVERHEAD_BYTES, DirParams, GilbertElliott
 
 from .helpers import near
@@ -513,10 +514,12 @@ def test_startup_error_is_reported(lab, tmp_path):
 
 
 def quantiles_within_noise(measured: list[float], noise: list[float], ppf, levels: tuple[float, ...],
-                           early: float = 0.0002, z: float = 4.0) -> list[str]:
+                           early: float = 2 * ADVANCE_MAX_S, z: float = 4.0) -> list[str]:
     """Which sample quantiles of `measured` (a drawn delay X with inverse CDF `ppf`, plus the path's noise N >= 0)
     fall outside what X allows, given `noise`: N sampled at the same moments on an unjittered reference flow.
-    Below: the delay line is never early, so q_M(p) >= ppf(p - z sd) - early at every level. Above, distribution-free:
+    Below: the delay line is never early by more than `early` (its arrival stamp and its release may each be one
+    timer advance early, ADVANCE_MAX_S at most), so q_M(p) >= ppf(p - z sd) - early at every level. Above,
+    distribution-free:
     P(X + N > x + n) <= P(X > x) + P(N > n); of the budget b = 1 - p - z sd left to the two, three quarters go to X
     (x = ppf(1 - 3b/4)) and a quarter to N (n = the reference's 1 - b/8 quantile, if its sampling error z sd is
     within b/8; else the level has no upper bound). A busy machine widens the upper bound by the noise it adds."""
@@ -572,8 +575,9 @@ def test_a_packet_arriving_as_the_release_timer_fires_is_not_released_early(lab)
     """The delay line's arrival stamp when a packet and the release timer wake it together: the packet arrived
     during that sleep (epoll is level-triggered), not before it. b -> a packets every 5 ms are released by the
     timer every 5 ms; a -> b packets are sent at those release times plus offsets from -300 to +300 us, so some
-    arrive in the timer's own wake-up. Each a -> b packet is held its 10 ms (none early by more than the timer
-    advance, 150 us at most). (Stamped at the previous wake-up before, such packets left up to ~2 ms early.)"""
+    arrive in the timer's own wake-up. Each packet is held its 10 ms, none early by more than what the mechanism
+    allows: its arrival stamp and its release may each be one timer advance early (ADVANCE_MAX_S at most), which no
+    load can make larger. (Stamped at the previous wake-up before, such packets left up to ~5 ms early.)"""
     delay = 0.010
     pair(lab, DirParams(delay_s=delay), DirParams(delay_s=delay))
     lab.start()
@@ -586,7 +590,7 @@ def test_a_packet_arriving_as_the_release_timer_fires_is_not_released_early(lab)
     print(f"a -> b one-way min {min(ab) * 1e3:.3f} ms, median {statistics.median(ab) * 1e3:.3f} ms; "
           f"b -> a min {min(ba) * 1e3:.3f} ms ({len(ab)}, {len(ba)} packets)")
     assert len(ab) == n and len(ba) == n
-    early = sorted(d for d in ab + ba if d < delay - 0.0002)
+    early = sorted(d for d in ab + ba if d < delay - 2 * ADVANCE_MAX_S)
     assert not early, f"{len(early)} packets early: {[round(d * 1e3, 3) for d in early[:10]]} ms"
 
 
