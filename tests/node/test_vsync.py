@@ -660,6 +660,13 @@ def test_sim_issue_34_leader_then_another_committee_member_paused():
     assert len(sim.of("leader_elected")) >= 1
     dropped = {d for _i, e in sim.of("view_change_decided") for d in e.fields["dropped"]}
     assert dropped and dropped <= {0, 2}                              # only the paused ones
+    # member 2's pause (from 9 s) stops ordering for 3 x ack_timeout_s (docs/pbcast.md): found after 1 s, then a
+    # committee round and a view change that each wait the full 1 s for it
+    (sus,) = [e for _i, e in sim.of("committee_suspected") if e.fields["members"] == [2]]
+    (rnd,) = [e for _i, e in sim.of("committee_round") if e.fields["removed"] == [2]]
+    (vc,) = [e for _i, e in sim.of("view_change_decided") if e.fields["dropped"] == [2]]
+    assert 10.0 <= sus.ts < 10.1 and rnd.fields["duration_s"] == pytest.approx(1.0, abs=0.01)
+    assert vc.fields["duration_s"] == pytest.approx(1.0, abs=0.01) and vc.ts - 9.0 == pytest.approx(3.0, abs=0.1)
     for i in dropped:
         assert any(j == i for j, _e in sim.of("rejoined")) and sim.nodes[i].status == "member"
         assert sim.nodes[i].next - 1 >= len(ref) - 5                  # caught up, delivering in order
