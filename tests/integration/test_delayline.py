@@ -607,19 +607,22 @@ def test_reorder_sends_some_packets_without_delay(lab):
     lab.ping("a", "10.9.0.1", 1, 0.2)
     before = lab.client.stats(["a>b"])["queues"]["a>b"]["reordered"]
     got = timed_flow(lab, n, 0.002)
-    fast = sum(1 for _, d in got if d < delay / 2)
+    reordered = lab.client.stats(["a>b"])["queues"]["a>b"]["reordered"] - before
+    # seen undelayed: under 8 ms of the 10. A delayed packet is never that early (the open busy-loop path of
+    # DELAYLINE.md is one loop iteration, ~1.4 ms at worst); an undelayed one arrives later only when the machine
+    # holds the sender, receiver or engine 8 ms
+    fast = sum(1 for _, d in got if d < 0.8 * delay)
     sd = math.sqrt(n * reorder * (1 - reorder))
     seqs = [x[0] for x in got]
-    print(f"reorder 25%: {fast}/{n} undelayed (expected {n * reorder:.0f} +- {3 * sd:.0f}), "
-          f"{sum(1 for a, b in zip(seqs, seqs[1:]) if b < a)} inversions")
+    print(f"reorder 25%: the engine sent {reordered}/{n} undelayed (expected {n * reorder:.0f} +- {3 * sd:.0f}), "
+          f"{fast} seen undelayed, {sum(1 for a, b in zip(seqs, seqs[1:]) if b < a)} inversions")
     assert len(got) == n
-    assert abs(fast - n * reorder) <= 3 * sd
+    assert abs(reordered - n * reorder) <= 3 * sd         # the engine's draw: a timing-free binomial check
     assert seqs != sorted(seqs)
-    # every packet the receiver saw undelayed was sent undelayed (the delay line is never early); a packet sent
-    # undelayed can still arrive after delay / 2 when the machine holds the sender, receiver or engine that long
-    # (94 sent, 93 seen under 5 ms with the other core busy, 2026-11-28): at most 2 % of them
-    reordered = lab.client.stats(["a>b"])["queues"]["a>b"]["reordered"] - before
-    assert fast <= reordered <= fast + n // 50, (fast, reordered)
+    # every packet the receiver saw undelayed was sent undelayed (the delay line is never early), and most packets
+    # sent undelayed were seen so: CI's loaded machine held 11 of 98 more than 5 ms (2026-11-28), so up to a fifth
+    # may be held past 8 ms; a delay line that delayed its reordered packets would show none
+    assert reordered - reordered // 5 <= fast <= reordered, (fast, reordered)
 
 
 @pytest.mark.root

@@ -98,11 +98,15 @@ def test_dilation_5_against_1(tmp_path, state_dir):
             assert len(lat) >= 6
             assert min(lat) >= one_way * 0.99                      # a packet is never early
             assert statistics.median(lat) < one_way * 1.05, (n, receiver, lat)
-    # the two runs agree message by message: the same latencies (the pause's late deliveries included)
+    # the two runs agree: the same latencies (the pause's late deliveries included), each within the bounds above;
+    # at N = 5 the machine's real-time noise is a fifth in virtual time, so its medians are the nearer to the
+    # links' formula: within 2 % + 1 ms virtual (CI's loaded machine put N = 1's 3-hop median 4.7 % late, N = 5's
+    # 0.1 %, 2026-11-28)
     (r1, _, _), (r5, _, _) = results[1], results[5]
-    for receiver in ONE_WAY_S:
+    for receiver, one_way in ONE_WAY_S.items():
         a, b = statistics.median(_latencies(r1, receiver)), statistics.median(_latencies(r5, receiver))
-        assert abs(a - b) < 0.03 * ONE_WAY_S[receiver], (receiver, a, b)
+        assert abs(a - b) < 0.05 * one_way, (receiver, a, b)
+        assert b - one_way < 0.02 * one_way + 0.001, (receiver, one_way, b)
 
 
 BUSY = """\
