@@ -87,8 +87,8 @@ def _links(d: NodeDriver, op: Op) -> dict:
 
 
 DISPATCH: dict[OpKind, Callable[[NodeDriver, Op], dict]] = {
-    OpKind.CRASH: lambda d, op: d.crash(list(op.targets)),
-    OpKind.START: lambda d, op: d.start_nodes(d.run_at_once(list(op.targets))),
+    OpKind.CRASH: lambda d, op: d.crash(list(op.targets), silent=op.params == "silent"),
+    OpKind.START: lambda d, op: d.start_nodes(d.run_at_once(d.reconnect(list(op.targets)))),
     OpKind.STOP_SIGNAL: lambda d, op: d.pause(list(op.targets)),
     OpKind.CONT_SIGNAL: lambda d, op: d.resume(list(op.targets)),
     OpKind.LINK_SET: _links,
@@ -135,6 +135,8 @@ class Runner:
                          "action": self.timeline.actions[op.index].action, "op": op.kind.value,
                          "planned_s": op.t, "actual_s": before, "lag_ms": (before - op.t) * 1000,
                          "targets": list(op.targets), "links": [f"{a}/{b}" for a, b in op.links]}
+                if op.kind == OpKind.CRASH:
+                    entry["mode"] = op.params or "kill"
                 if replies:                     # a driver that acts over the network: its round trips
                     entry["rtt_ms"] = {m: r.get("rtt_s", 0) * 1000 for m, r in replies.items()}
                     entry["pids"] = {m: r.get("pid") for m, r in replies.items()}
@@ -336,10 +338,13 @@ def _open_run_dir(p: Planned, opts: RunOptions, progress: Progress, experiment_p
                                 "reason": f"the {backend.name} backend cannot enforce it"}
     cores = opts.cores or float(os.cpu_count() or 1)
     over = budget_overcommit(exp.nodes.cpu, len(p.plan.members), p.dilation.n, cores)
-    if over:
-        rd.log(f"WARNING: {over}")
-        progress.note(f"WARNING: {over}")
-        fields["warnings"] = [over]
+    warnings = ([over] if over else []) + exp.protocol.schedule_warnings(
+        [a.action for a in sorted(p.timeline.actions, key=lambda a: a.at_s)])
+    for w in warnings:
+        rd.log(f"WARNING: {w}")
+        progress.note(f"WARNING: {w}")
+    if warnings:
+        fields["warnings"] = warnings
     rd.write_manifest(**fields)
     for reason in p.dilation.reasons:
         rd.log(f"time: {reason}")

@@ -7,6 +7,7 @@ An experiment's `schedule:` is a list of actions at times relative to the run st
 
     - {at: 20s, action: crash, fraction: 0.25}            # a seeded random draw among the live members
     - {at: 20s, action: crash, nodes: [h3, h5]}
+    - {at: 20s, action: crash, count: 2, mode: silent}   # the network is not told: no FIN/RST (see Crash)
     - {at: 40s, action: restart, nodes: [h3]}             # or `crashed: true`: every member crashed so far
     - {at: 10s, action: pause, nodes: [h4], duration: 5s}
     - {at: 10s, action: perturb, count: 2, p: 0.1, duration: 30s}   # sleep 100 ms intervals with probability p
@@ -40,7 +41,7 @@ MAX_OPS = 1_000_000       # operations a schedule may expand to (a week-long per
 class OpKind(StrEnum):
     """The operations a schedule expands to; a node driver declares which of them it supports."""
 
-    CRASH = "crash"                 # SIGKILL
+    CRASH = "crash"                 # SIGKILL (params "silent": the member's traffic dropped first)
     START = "start"                 # restart a crashed member, or a joiner's first start
     STOP_SIGNAL = "stop_signal"     # SIGSTOP (pause, perturb)
     CONT_SIGNAL = "cont_signal"     # SIGCONT
@@ -131,7 +132,13 @@ class _Links(_Action):
 
 
 class Crash(_Nodes):
+    """`mode: kill` (the default): SIGKILL; the dead process's kernel closes its sockets, so every TCP peer hears
+    FIN/RST at once. `mode: silent`: the member's own traffic is dropped from that instant in both directions (no
+    FIN, no RST; traffic it forwards for others still passes), then the process is killed: peers find out only
+    when they send to it and get no answer (TCP's user timeout), as a crashed host's peers do."""
+
     action: Literal["crash"]
+    mode: Literal["kill", "silent"] = "kill"
     OPS = frozenset({OpKind.CRASH})
 
     def expand(self, i, x):
@@ -141,7 +148,7 @@ class Crash(_Nodes):
                 raise x.fail(i, f"{n} is not running at that time", "nodes", self.nodes.index(n) if self.nodes else 0)
         x.alive = [m for m in x.alive if m not in targets]
         x.crashed += targets
-        x.add(self.at_s, OpKind.CRASH, i, targets=tuple(targets))
+        x.add(self.at_s, OpKind.CRASH, i, targets=tuple(targets), params="silent" if self.mode == "silent" else None)
 
 
 class Restart(_Nodes):

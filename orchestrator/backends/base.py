@@ -82,6 +82,7 @@ class NodeDriver(ABC):
     def __init__(self, backend: "Backend", ctx: RunContext):
         self.backend, self.ctx = backend, ctx
         self.configs: dict[str, dict] = {}
+        self.isolated: set[str] = set()          # members silently crashed (their traffic dropped)
 
     def configure(self, configs: dict[str, dict]) -> dict[str, dict]:
         """The node configs as the nodes get them (a backend that runs them elsewhere rewrites paths)."""
@@ -133,9 +134,38 @@ class NodeDriver(ABC):
 
     # The schedule's faults (runner.DISPATCH): a process of its own per node gets a signal; a driver whose nodes
     # share a process (orchestrator/backends/packing.py) acts per member through the member's control socket.
-    def crash(self, names: list[str]) -> dict[str, dict]:
-        """Kill the nodes without a goodbye (SIGKILL), and wait until they are gone."""
+    def crash(self, names: list[str], silent: bool = False) -> dict[str, dict]:
+        """Kill the nodes without a goodbye, and wait until they are gone. `silent` (the schedule's `crash: {mode:
+        silent}`): their traffic is dropped first (`isolate`), so the kernel's FIN/RST for their sockets never
+        leaves and nothing sent to them is answered. A member whose isolation failed is still killed; the reply
+        names the error."""
+        cut = self.isolate(names) if silent else {}
+        replies = self.kill(names)
+        for m, r in cut.items():
+            replies[m] = {**replies.get(m, {}), **r}
+        return replies
+
+    def kill(self, names: list[str]) -> dict[str, dict]:
+        """SIGKILL, and wait until the processes are gone."""
         return self.signal(names, signal.SIGKILL, wait=True)
+
+    def isolate(self, names: list[str], on: bool = True) -> dict[str, dict]:
+        """Drop (on) or stop dropping (off) every packet to or from the members themselves, both directions;
+        what a member forwards for others passes. Per-member failures as {name: {"ok": False, "error": ...}}."""
+        errors = self.backend.isolate(self.ctx.state, names, on)
+        (self.isolated.update if on else self.isolated.difference_update)(n for n in names if n not in errors)
+        return {m: {"ok": False, "error": e} for m, e in errors.items()}
+
+    def reconnect(self, names: list[str]) -> list[str]:
+        """Before a (re)start: members silently crashed earlier get their network back. Returns `names`."""
+        cut = [n for n in names if n in self.isolated]
+        for m, r in (self.isolate(cut, on=False) if cut else {}).items():
+            self.ctx.run.log(f"giving {m} its network back failed: {r['error']}")
+        return names
+
+    def reconnect_all(self) -> None:
+        """At the end of a run: no member of the lab stays isolated (a lab kept with `up` is used again)."""
+        self.reconnect(sorted(self.isolated))
 
     def pause(self, names: list[str]) -> dict[str, dict]:
         """The nodes handle nothing until `resume` (SIGSTOP)."""
@@ -194,6 +224,11 @@ class Backend(ABC):
                  params: DirParams | None) -> None:
         """Change one direction ("up"/"down") of a link live; `params=None` cuts it (drops everything)."""
         raise BackendError(f"the {self.name} backend cannot change links live")
+
+    def isolate(self, state: LabState, names: list[str], on: bool) -> dict[str, str]:
+        """Drop (on) or stop dropping (off) the members' own traffic, both directions (a silent crash);
+        {member: error} for those that failed."""
+        raise BackendError(f"the {self.name} backend cannot cut a member off the network (crash mode silent)")
 
     @abstractmethod
     def health(self, state: LabState) -> list[str]:

@@ -58,6 +58,7 @@ class FakeDriver(NodeDriver):
         return sum(1 for s in self.nodes.values() if s != "dead")
 
     def stop(self) -> StopReport:
+        self.reconnect_all()
         for n in self.nodes:
             self.nodes[n] = "dead"
         self.calls.append(("stop",))
@@ -92,6 +93,10 @@ class FakeBackend(Backend):
         else:
             state.link_overrides[key] = params.to_json()
         self.calls.append(("set_link", key, None if params is None else params.to_json()))
+
+    def isolate(self, state: LabState, names: list[str], on: bool) -> dict[str, str]:
+        self.calls.append(("isolate", tuple(names), on))
+        return {}
 
     def health(self, state: LabState) -> list[str]:
         return []

@@ -273,6 +273,7 @@ class LocalDriver(NodeDriver):
             except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome
                 run.log(f"collecting {name}'s files failed: {exc}")
         self._stop_captures()
+        self.reconnect_all()           # after the captures: a dead member's kernel answering is not in them
         try:
             self._collect_tc()
         except Exception as exc:  # noqa: BLE001 - collection must not hide the run's own outcome

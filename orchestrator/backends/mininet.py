@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mininet.node import Node as MininetNode
@@ -211,6 +212,25 @@ class MininetBackend(Backend):
         if ns not in state.namespaces:
             raise BackendError(f"node {node!r} of lab {state.lab!r} does not exist")
         return subprocess.Popen(["ip", "netns", "exec", ns, *argv], **kwargs)
+
+    def isolate(self, state: LabState, names: list[str], on: bool) -> dict[str, str]:
+        """A silent crash's cut (netns.silent_rules), one iptables-restore per member's namespace, at once."""
+        text = netns.silent_rules(on)
+
+        def one(n: str) -> tuple[str, str | None]:
+            ns = ns_name(state.lab, n)
+            if ns not in state.namespaces:
+                return n, f"node {n!r} of lab {state.lab!r} does not exist"
+            try:
+                netns.iptables_restore(ns, text)
+            except BackendError as exc:
+                return n, str(exc)
+            return n, None
+
+        if not names:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+            return {n: e for n, e in pool.map(one, names) if e}
 
     # --- live link changes ------------------------------------------------------------------------------------
     def set_link(self, state: LabState, plan: NetworkPlan, link_id: str, direction: str,

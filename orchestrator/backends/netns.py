@@ -41,6 +41,21 @@ def iptables_restore(ns: str, text: str) -> None:
                 what=f"iptables-restore in {ns}")
 
 
+SILENT_COMMENT = "testbed-silent"
+
+
+def silent_rules(on: bool) -> str:
+    """iptables-restore input (with --noflush) for a member's namespace that drops (on) or stops dropping (off)
+    every packet the namespace itself sends or receives (filter INPUT and OUTPUT; loopback excepted): a silent
+    crash. Packets the namespace forwards for others (FORWARD) pass, so the tree stays connected; the mangle
+    table, which the shapers rewrite whole, is not touched."""
+    op, at = ("-I", " 1") if on else ("-D", "")
+    return ("*filter\n"
+            f"{op} INPUT{at} ! -i lo -m comment --comment {SILENT_COMMENT} -j DROP\n"
+            f"{op} OUTPUT{at} ! -o lo -m comment --comment {SILENT_COMMENT} -j DROP\n"
+            "COMMIT\n")
+
+
 def write_sysctls(ns: str, values: dict[str, str]) -> None:
     """Write /proc/sys entries inside namespace `ns` (setns in this thread, then back)."""
     with in_netns(ns):

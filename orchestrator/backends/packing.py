@@ -176,7 +176,7 @@ class PackedDriver(LocalDriver):
                 self.status[n] = then
         return replies
 
-    def crash(self, names: list[str]) -> dict[str, dict]:
+    def kill(self, names: list[str]) -> dict[str, dict]:
         return self._each(names, {"cmd": "crash"}, (RUNNING, PAUSED), CRASHED)
 
     def pause(self, names: list[str]) -> dict[str, dict]:
@@ -188,7 +188,7 @@ class PackedDriver(LocalDriver):
     def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:
         """A signal's meaning, per member (the process is shared)."""
         if sig in (signal.SIGKILL, signal.SIGTERM):
-            return self.crash(names)
+            return self.kill(names)
         if sig == signal.SIGSTOP:
             return self.pause(names)
         if sig == signal.SIGCONT:

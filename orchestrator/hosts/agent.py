@@ -11,6 +11,7 @@ already-open SSH channel, not an SSH handshake:
     {"op": "start", "node": "h3"}                   -> {"ok": true, "pid": 124, "t": ...}
     {"op": "alive"}                                 -> {"ok": true, "alive": {"h3": false}}
     {"op": "control", "node": "h3", "request": {}}  -> {"ok": true, "reply": {...}}
+    {"op": "isolate", "node": "h3", "on": true}     -> {"ok": true, "t": ...}   (a silent crash's iptables rules)
     {"op": "bye"}                                   -> exits
 
 Only the nodes named in agent.json (written by the playbooks) can be signalled or started. Errors come back as
@@ -82,6 +83,16 @@ def handle(cfg, req):
         while time.time() < deadline and _pid(node["pidfile"]) is None:
             time.sleep(0.005)
         return {"ok": True, "pid": _pid(node["pidfile"]), "t": time.time()}
+    if op == "isolate":
+        # on: insert the node's `silent` rules (drop its own traffic, both directions); off: delete them (a rule
+        # already gone is fine: the result is the same)
+        for rule in node.get("silent", []):
+            argv = ["iptables", "-w", "-I", rule[0], "1", *rule[1:]] if req.get("on") else \
+                   ["iptables", "-w", "-D", *rule]
+            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+            if r.returncode != 0 and (req.get("on") or "does a matching rule exist" not in r.stderr):
+                return {"ok": False, "error": f"{' '.join(argv[:5])} ...: {r.stderr.strip() or r.returncode}"}
+        return {"ok": True, "t": time.time()}
     if op == "control":
         from gossipnode import control
 

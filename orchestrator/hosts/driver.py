@@ -101,6 +101,13 @@ class HostsDriver(NodeDriver):
     def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:
         return self.sessions.each(list(names), {"op": "signal", "sig": int(sig)})
 
+    def isolate(self, names: list[str], on: bool = True) -> dict[str, dict]:
+        """A silent crash's cut on the members' hosts (render.silent_rules), through their agents."""
+        replies = self.sessions.each(list(names), {"op": "isolate", "on": on})
+        (self.isolated.update if on else self.isolated.difference_update)(
+            m for m, r in replies.items() if r.get("ok"))
+        return {m: r for m, r in replies.items() if not r.get("ok")}
+
     def control_senders(self, request: dict) -> dict[str, dict]:
         senders = [m for m, c in self.configs.items() if c["senders"] and c["id"] in c["senders"]]
         return self.sessions.each(senders, {"op": "control", "request": request})
@@ -111,6 +118,7 @@ class HostsDriver(NodeDriver):
     def stop(self) -> StopReport:
         run = self.ctx.run
         if self.sessions is not None:
+            self.reconnect_all()      # while the agents are there (teardown deletes what a lost session left)
             self.sessions.close()
         for book in ("stop.yml", "collect.yml") if self.actx is not None else ():
             try:

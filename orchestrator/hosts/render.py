@@ -98,11 +98,20 @@ def node_config(base: dict, host: Host, hosts: list[Host], lab: str, port: int =
     return cfg
 
 
-def agent_config(host: Host, lab: str, control: str) -> dict:
+def silent_rules(lab: str, port: int = NODE_PORT) -> list[list[str]]:
+    """A silent crash on a real host (`crash: {mode: silent}`): the iptables filter rules, each as the words after
+    `iptables -w -I|-D`, that drop the member's own experiment traffic in both directions -- UDP and TCP with the
+    node's port as source or destination (its listening socket and the connections it opens). The host's other
+    traffic, its SSH sessions included, passes. The comment carries the lab: teardown deletes exactly these."""
+    return [[chain, "-p", proto, side, str(port), "-m", "comment", "--comment", f"testbed-silent-{lab}", "-j", "DROP"]
+            for chain in ("INPUT", "OUTPUT") for proto in ("udp", "tcp") for side in ("--dport", "--sport")]
+
+
+def agent_config(host: Host, lab: str, control: str, port: int = NODE_PORT) -> dict:
     r = run_dir_remote(host, lab)
     return {"lab": lab, "host": host.name, "run": r,
             "nodes": {host.member: {"pidfile": f"{r}/pids/{host.member}.pid", "start": node_start_argv(host, lab),
-                                    "control": control}}}
+                                    "control": control, "silent": silent_rules(lab, port)}}}
 
 
 def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port: int = NODE_PORT,
@@ -127,6 +136,7 @@ def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port:
         "gossip_lost": {s: lost_params(s, d) for s in HOST_SHAPERS},
         "gossip_node_argv": node_start_argv(host, lab),
         "gossip_capture_argv": capture_start_argv(host, lab, snaplen),
+        "gossip_silent_rules": silent_rules(lab, port),
     }
 
 

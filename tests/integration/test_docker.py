@@ -30,7 +30,7 @@ protocol:
   gsgc: {{subgroup: 2, step: 1s, fail_k: 12}}
 workload: {{senders: 2, rate_per_s: 0.5, size_bytes: 64}}
 schedule:
-  - {{at: 15s, action: crash, count: 2}}
+  - {{at: 15s, action: crash, count: 2, mode: silent}}
   - {{at: 6s, action: perturb, count: 1, p: 0.2, duration: 8s}}
 duration: {duration}
 seed: 4
@@ -96,6 +96,7 @@ def behaviour(run_dir: Path, members: list[str]) -> dict:
     applied = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()]
     t0 = next(e["ts"] for e in applied if e["event"] == "run_started")
     crash = next(e for e in applied if e.get("op") == "crash")
+    assert crash["mode"] == "silent" and "errors" not in crash, crash       # cut off in its container's namespace
     crashed = sorted(crash["targets"])
     crash_ts = t0 + crash["actual_s"]
     ids = {m: i for i, m in enumerate(members)}

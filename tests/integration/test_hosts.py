@@ -56,6 +56,8 @@ def assert_clean(hosts: SshHosts, i: int, lab: str) -> None:
     assert "htb" not in q and "pfifo" not in q, f"h{i}: qdisc left: {q}"
     rules = sh(["ip", "netns", "exec", hosts.ns(i), "iptables", "-w", "-t", "mangle", "-S"]).stdout
     assert "gossip-testbed" not in rules, f"h{i}: iptables rule left: {rules}"
+    rules = sh(["ip", "netns", "exec", hosts.ns(i), "iptables", "-w", "-S"]).stdout
+    assert f"testbed-silent-{lab}" not in rules, f"h{i}: a silent crash's rule left: {rules}"
     for pid in hosts.processes_in(i):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -94,7 +96,7 @@ def test_gsgc_on_ssh_hosts_end_to_end(hosts, tmp_path):
     state = tmp_path / "state"
     exp = experiment(tmp_path / "exp.yaml", "gthosts", 4, [
         {"at": "3s", "action": "pause", "nodes": ["h2"], "duration": "1500ms"},
-        {"at": "5s", "action": "crash", "nodes": ["h3"]},
+        {"at": "5s", "action": "crash", "nodes": ["h3"], "mode": "silent"},
         {"at": "6s", "action": "perturb", "nodes": ["h1"], "p": 0.5, "duration": "2s"}])
     inv = hosts.hosts_file(tmp_path / "hosts.yml")
     try:
@@ -148,7 +150,9 @@ def _end_to_end(hosts, tmp_path, state, exp, inv):
     assert {a["op"] for a in perturb} == {"stop_signal", "cont_signal"}
     assert all("errors" not in a for a in applied)
     crash = applied[2]
-    assert crash["lag_ms"] < 500 and "errors" not in crash
+    assert crash["lag_ms"] < 500 and "errors" not in crash and crash["mode"] == "silent"
+    # the silent crash's rules (h3's port dropped both ways, through its agent) went with the run's end
+    assert "testbed-silent-gthosts" not in sh(["ip", "netns", "exec", hosts.ns(4), "iptables", "-w", "-S"]).stdout
     crash_pid = crash["pids"]["h3"]
     assert crash_pid and not Path(f"/proc/{crash_pid}").exists()
 

@@ -1,7 +1,8 @@
 """Packed members end to end on Mininet (root, issue #21): the same 60-member GSGC experiment and seed run once with
-20 members per process and once with a process per member. The schedule crashes four members and pauses one
-briefly: in both runs every survivor declares exactly the crashed members failed, the declaration latencies agree
-within two gossip steps, the packed run used three processes, and nothing of either run is left behind."""
+20 members per process and once with a process per member. The schedule crashes four members silently (their
+traffic dropped, then the member stopped: a pack's member and a process alike) and pauses one briefly: in both runs
+every survivor declares exactly the crashed members failed, the declaration latencies agree within two gossip
+steps, the packed run used three processes, and nothing of either run is left behind."""
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ protocol:
   gsgc: {{subgroup: 3, step: {step}s, fail_k: 12}}
 workload: {{senders: 3, rate_per_s: 1, size_bytes: 64}}
 schedule:
-  - {{at: 6s, action: crash, count: 4}}
+  - {{at: 6s, action: crash, count: 4, mode: silent}}
   - {{at: 4s, action: pause, nodes: [{paused}], duration: 1s}}
 duration: 24s
 capture: {{interfaces: none}}
@@ -58,6 +59,7 @@ def _outcome(run_dir: Path) -> tuple[list[str], dict[str, set[str]], dict[str, f
     t0 = next(e["ts"] for e in applied if e["event"] == "run_started")
     members = next(e["members"] for e in applied if e["event"] == "run_started")
     crash = next(e for e in applied if e.get("op") == "crash")
+    assert crash["mode"] == "silent" and "errors" not in crash, crash     # cut off, then stopped, in both runs
     crash_ts = t0 + crash["actual_s"]
     ids = {m: _events(run_dir, m)[0]["id"] for m in members}
     names = {i: m for m, i in ids.items()}

@@ -328,3 +328,37 @@ def test_the_bundle_carries_the_whole_node_package(tmp_path, monkeypatch):
     expected = {f"src/gossipnode/{p.relative_to(deploy.NODE_SRC).as_posix()}" for p in deploy.NODE_SRC.rglob("*.py")}
     assert "src/gossipnode/protocols/gsgc/core.py" in expected
     assert names == expected
+
+
+def test_silent_crash_rules_drop_only_the_nodes_port_both_ways_and_the_agent_applies_and_removes_them(
+        tmp_path, key, monkeypatch):
+    from orchestrator.hosts import agent
+
+    rules = render.silent_rules("gtunit", 7000)
+    # INPUT and OUTPUT, UDP and TCP, the port as destination and as source: the node's socket and its connections
+    assert {(r[0], r[2], r[3]) for r in rules} == {(c, p, s) for c in ("INPUT", "OUTPUT") for p in ("udp", "tcp")
+                                                   for s in ("--dport", "--sport")}
+    assert all(r[4] == "7000" and r[-4:] == ["--comment", "testbed-silent-gtunit", "-j", "DROP"] for r in rules)
+    host = hosts_and_plan(tmp_path, key)[2][0]
+    cfg = render.agent_config(host, "gtunit", "/srv/ctl.sock")
+    assert cfg["nodes"][host.member]["silent"] == rules
+    h1 = host.member
+
+    # the agent runs `iptables` (here a script that logs its argv; -D of an absent rule fails as iptables does)
+    log = tmp_path / "argv.log"
+    fake = tmp_path / "bin" / "iptables"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n'
+                    '[ "$3" = "-D" ] && [ -n "$FAIL_DELETE" ] && { echo "iptables: Bad rule (does a matching rule '
+                    'exist in that chain?)." >&2; exit 1; }\nexit 0\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    assert agent.handle(cfg, {"op": "isolate", "node": h1, "on": True})["ok"]
+    lines = log.read_text().splitlines()
+    assert lines == [" ".join(["-w", "-I", r[0], "1", *r[1:]]) for r in rules]
+    monkeypatch.setenv("FAIL_DELETE", "1")          # already gone: off still succeeds
+    assert agent.handle(cfg, {"op": "isolate", "node": h1, "on": False})["ok"]
+    assert log.read_text().splitlines()[len(rules):] == [" ".join(["-w", "-D", *r]) for r in rules]
+    fake.write_text("#!/bin/sh\necho 'iptables v1.8.9: cannot open table' >&2\nexit 4\n")
+    r = agent.handle(cfg, {"op": "isolate", "node": h1, "on": True})
+    assert not r["ok"] and "cannot open table" in r["error"]

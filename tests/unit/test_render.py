@@ -135,3 +135,14 @@ def test_live_set_cut_heal_per_shaper():
     n = _FakeNetns()
     dl.apply(n, "ns", [("e0", DirParams()), ("e1", d)])
     assert n.calls[0] == ("offloads", ("e1",)) and n.calls[-1][0] == "restore" and "--queue-num 1" in n.calls[-1][1]
+
+
+def test_a_silent_crash_drops_what_the_namespace_sends_and_receives_itself_not_what_it_forwards():
+    from orchestrator.backends.netns import silent_rules
+
+    on, off = silent_rules(True).splitlines(), silent_rules(False).splitlines()
+    assert on[0] == off[0] == "*filter" and on[-1] == off[-1] == "COMMIT"        # not the shapers' mangle table
+    assert on[1:3] == ["-I INPUT 1 ! -i lo -m comment --comment testbed-silent -j DROP",
+                       "-I OUTPUT 1 ! -o lo -m comment --comment testbed-silent -j DROP"]
+    assert off[1:3] == [r.replace("-I ", "-D ").replace(" 1 ", " ") for r in on[1:3]]   # exactly those deleted
+    assert "FORWARD" not in silent_rules(True)

@@ -35,6 +35,15 @@ def test_restart_crashed_and_no_double_crash():
         timeline([{"at": 10, "action": "restart", "nodes": [MEMBERS[1]]}])
 
 
+def test_a_crash_is_a_kill_unless_it_says_silent():
+    tl = timeline([{"at": 10, "action": "crash", "nodes": [MEMBERS[0]]},
+                   {"at": 20, "action": "crash", "nodes": [MEMBERS[1], MEMBERS[2]], "mode": "silent"}])
+    assert [(o.kind, o.targets, o.params) for o in tl.ops] == [
+        ("crash", (MEMBERS[0],), None), ("crash", (MEMBERS[1], MEMBERS[2]), "silent")]
+    with pytest.raises(SpecError, match="schedule\\[0\\].*mode.*'kill' or 'silent'"):
+        timeline([{"at": 10, "action": "crash", "nodes": [MEMBERS[0]], "mode": "quiet"}])
+
+
 def test_pause_expands_to_stop_and_cont():
     tl = timeline([{"at": "5s", "action": "pause", "nodes": [MEMBERS[2]], "duration": "3s"}])
     assert [(o.t, o.kind) for o in tl.ops] == [(5.0, "stop_signal"), (8.0, "cont_signal")]
