@@ -50,6 +50,9 @@ class Adapter:
 
     extra_fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     to_node: Callable[[dict[str, Any], Context], dict[str, Any]] = lambda params, _ctx: params
+    # warnings for a schedule that needs a way back into the group (`comebacks`: "heals a partition", "restarts
+    # members", "joins members") that these parameters do not give; the run's manifest and report carry them
+    schedule_warnings: Callable[[dict[str, Any], list[str]], list[str]] = lambda params, _comebacks: []
 
 
 def _adapters() -> dict[str, Adapter]:
@@ -138,6 +141,23 @@ def _section_model() -> type[BaseModel]:
 
         def keys(self) -> Any:
             return self._raw.keys()
+
+        def schedule_warnings(self, actions: list[str]) -> list[str]:
+            """What the protocol's adapter says of a schedule with these actions (in order) that brings members
+            back (a heal after a partition, a restart, a join) with these parameters."""
+            comebacks: list[str] = []
+            cut = False
+            for a in actions:
+                cut = cut or a == "partition"
+                if a == "heal" and cut and "heals a partition" not in comebacks:
+                    comebacks.append("heals a partition")
+            comebacks += [w for a, w in (("restart", "restarts members"), ("join", "joins members")) if a in actions]
+            if not comebacks:
+                return []
+            section: BaseModel = getattr(self, self.name)
+            raw = self._raw[self.name] or {}
+            params = {k: v for k, v in section.model_dump(mode="json").items() if k in raw}
+            return ADAPTERS.get(self.name, Adapter()).schedule_warnings(params, comebacks)
 
         def node_params(self, ctx: Context) -> dict[str, Any]:
             """The node config's `protocol` section: {name, ...node fields}."""

@@ -47,10 +47,23 @@ def _gsgc_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return params
 
 
+def _gsgc_schedule_warnings(params: dict[str, Any], comebacks: list[str]) -> list[str]:
+    """Figure 3 alone has no way back: a member declared failed is never sent to again, and its own gossip is
+    ignored (Figure 3's Live array keeps it at >= K). A schedule that brings members back needs rejoin_probe_steps
+    (the README's GSGC: Rejoin), unless failure detection is off (no fail_k: nobody is ever declared)."""
+    if params.get("fail_k") is None or params.get("rejoin_probe_steps") is not None:
+        return []
+    return [f"the schedule {' and '.join(comebacks)}, but protocol.gsgc has fail_k and no rejoin_probe_steps: a "
+            f"member declared failed is never contacted again (Figure 3 alone), so members cut off, crashed or "
+            f"late stay out of the group for good; rejoin_probe_steps: N lets them back (node_image/README.md, "
+            f"GSGC: Rejoin)"]
+
+
 ADAPTER = Adapter(
     extra_fields={
         "local": (LocalSpec | None, None),
         "sender_drops_per_step": (float | None, Field(default=None, ge=0)),
     },
     to_node=_gsgc_to_node,
+    schedule_warnings=_gsgc_schedule_warnings,
 )

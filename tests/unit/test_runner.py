@@ -99,6 +99,39 @@ def test_runner_applies_every_operation_through_the_driver_in_time_order(tmp_pat
     assert [r["op"] for r in recorded] == ops
 
 
+SILENT = EXP.split("schedule:")[0] + """schedule:
+  - {at: 0.1s, action: crash, nodes: [h3, h5], mode: silent}
+  - {at: 0.2s, action: restart, nodes: [h3]}
+  - {at: 0.3s, action: crash, nodes: [h4]}
+"""
+
+
+def test_a_silent_crash_cuts_the_members_off_before_the_kill_and_a_restart_or_the_end_reconnects_them(tmp_path):
+    runner, backend, driver, state, clock = _runner(tmp_path, SILENT)
+    driver.start_nodes(list(runner.driver.ctx.first))
+    backend.calls.clear()
+    runner.execute(clock(), 2.0)
+    assert [(a["op"], a["mode"]) for a in runner.applied if a["op"] == "crash"] == [("crash", "silent"),
+                                                                                  ("crash", "kill")]
+    calls = [c for c in backend.calls if c[0] in ("isolate", "signal", "start_nodes")]
+    assert calls == [("isolate", ("h3", "h5"), True), ("signal", ("h3", "h5"), "SIGKILL"),    # cut, then killed
+                     ("isolate", ("h3",), False), ("start_nodes", ("h3",)),                 # back before it starts
+                     ("signal", ("h4",), "SIGKILL")]                                        # a kill: no cut
+    assert driver.isolated == {"h5"}
+    driver.stop()
+    assert backend.calls[-2:] == [("isolate", ("h5",), False), ("stop",)] and driver.isolated == set()
+
+
+def test_a_member_whose_cut_failed_is_still_killed_and_the_error_is_recorded(tmp_path, monkeypatch):
+    runner, backend, driver, state, clock = _runner(tmp_path, SILENT)
+    driver.start_nodes(list(runner.driver.ctx.first))
+    monkeypatch.setattr(fake.FakeBackend, "isolate", lambda self, st, names, on: {"h5": "iptables: no such table"})
+    runner.execute(clock(), 0.15)
+    crash = runner.applied[0]
+    assert crash["errors"] == {"h5": "iptables: no such table"} and driver.nodes["h5"] == "dead"
+    assert driver.isolated == {"h3"}
+
+
 def test_runner_refuses_an_operation_the_driver_does_not_support(tmp_path, monkeypatch):
     runner, *_ = _runner(tmp_path)
     monkeypatch.setattr(fake.FakeDriver, "OPS", frozenset(OpKind) - {OpKind.LINK_CUT})
@@ -198,3 +231,31 @@ def test_the_manifest_is_written_once_per_state_and_only_with_schema_keys(tmp_pa
     assert json.loads((run_dir / "plan.json").read_text()) == planned
     with pytest.raises(ValueError, match="not in the run directory's schema"):
         RD(tmp_path / "x").write_manifest(colour="blue")
+
+
+PARTITION_HEAL = "[{at: 0.5s, action: partition, subtree: h2}, {at: 1s, action: heal}]"
+
+
+@pytest.mark.parametrize("gsgc,schedule,warned", [
+    ("fail_k: 8", PARTITION_HEAL, "heals a partition"),
+    ("fail_k: 8", "[{at: 0.5s, action: crash, nodes: [h3]}, {at: 1s, action: restart, crashed: true}]",
+     "restarts members"),
+    ("fail_k: 8, rejoin_probe_steps: 4", PARTITION_HEAL, None),         # a way back: nothing to say
+    ("subgroup: 2", PARTITION_HEAL, None),                              # no failure detection: nobody is declared
+    ("fail_k: 8", "[{at: 1s, action: heal}, {at: 1.5s, action: partition, subtree: h2}]", None),  # heals nothing
+])
+def test_a_gsgc_schedule_that_brings_members_back_without_rejoin_is_warned_about_in_the_manifest(
+        tmp_path, monkeypatch, gsgc, schedule, warned):
+    text = (EXP.split("schedule:")[0].replace("{gsgc: {subgroup: 2, step: 1s}}", f"{{gsgc: {{step: 1s, {gsgc}}}}}")
+            + f"schedule: {schedule}\n")
+    if "subgroup" not in gsgc:
+        text = text.replace("{step: 1s, ", "{step: 1s, subgroup: 2, ")
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake", lambda: fake.FakeBackend)
+    run_dir = run(_write(tmp_path, text), RunOptions(backend="fake", out=tmp_path / "runs"))
+    warnings = json.loads((run_dir / "manifest.json").read_text()).get("warnings", [])  # the report lists these
+    log = (run_dir / "orchestrator.log").read_text()
+    if warned is None:
+        assert warnings == [] and "rejoin_probe_steps" not in log
+    else:
+        assert len(warnings) == 1 and warned in warnings[0] and "no rejoin_probe_steps" in warnings[0]
+        assert f"WARNING: {warnings[0]}" in log
