@@ -1,7 +1,8 @@
 """Kernel capability probe: what this kernel can shape with, tried for real in a throwaway namespace.
 
 Modules cannot be relied on to load, and `tc` only tells by failing, so the probe adds each qdisc / rule to a
-veth interface in a private namespace and removes the namespace. The result is cached per boot.
+veth interface in a private namespace and removes the namespace (netem as the shapers render it: a root netem with
+a netem child). The result is cached per boot.
 """
 from __future__ import annotations
 
@@ -85,11 +86,15 @@ def _probe() -> Capabilities:
     def run(argv: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True)
 
-    def tc_ok(kind: list[str], label: str) -> bool:
+    def tc_ok(kind: list[str], label: str, child: list[str] | None = None) -> bool:
         r = run(["tc", "-n", ns, "qdisc", "add", "dev", "d0", "root", "handle", "1:", *kind])
+        if r.returncode == 0 and child:
+            r = run(["tc", "-n", ns, "qdisc", "add", "dev", "d0", "parent", "1:1", "handle", "10:", *child])
+            label += " (a second netem as the root netem's child: render.netem_stages)"
         if r.returncode == 0:
             run(["tc", "-n", ns, "qdisc", "del", "dev", "d0", "root"])
             return True
+        run(["tc", "-n", ns, "qdisc", "del", "dev", "d0", "root"])
         notes.append(f"{label}: {r.stderr.strip() or r.returncode}")
         return False
 
@@ -111,7 +116,7 @@ def _probe() -> Capabilities:
         r = run(["ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"])
         if r.returncode != 0:
             raise ShapingError(f"cannot create a veth pair for the probe: {r.stderr.strip()}")
-        netem = tc_ok(["netem", "delay", "1ms"], "netem")
+        netem = tc_ok(["netem", "delay", "1ms", "limit", "1000"], "netem", ["netem", "rate", "1mbit", "limit", "10"])
         tbf = tc_ok(["tbf", "rate", "1mbit", "burst", "1600", "latency", "50ms"], "tbf")
         nfqueue = ipt_ok(["-j", "NFQUEUE", "--queue-num", "0"], "NFQUEUE")
         statistic = ipt_ok(["-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "DROP"],

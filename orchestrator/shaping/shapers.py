@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from orchestrator.shaping.params import DirParams
-from orchestrator.shaping.render import (UNBOUNDED_QUEUE, Fidelity, iptables_restore_input, netem_args,
+from orchestrator.shaping.render import (UNBOUNDED_QUEUE, Fidelity, iptables_restore_input, netem_stages,
                                          rate_arg, tbf_burst_bytes)
 
 # A host's experiment egress (hosts backend): class 1:2 of an htb root, everything else unshaped in 1:1.
@@ -101,9 +101,15 @@ class Netem(Shaper):
     capability, kernel_needs = "netem", "sch_netem"
 
     def tc_lines(self, dev: str, d: DirParams) -> list[str]:
+        """The root netem (loss, delay, jitter, reordering) and, when the direction has a rate, its child (the
+        rate and the queue): render.netem_stages (netem's limit counts delayed packets)."""
         if d.is_null():
             return []
-        return [" ".join(["qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", *netem_args(d)])]
+        first, second = netem_stages(d)
+        lines = [" ".join(["qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", *first])]
+        if second:
+            lines.append(" ".join(["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "netem", *second]))
+        return lines
 
     def fidelity(self, d: DirParams) -> Fidelity:
         return _full("netem qdisc", d)
@@ -114,7 +120,9 @@ class Netem(Shaper):
         return self._host_ops(d, port, [
             {"obj": "class", "args": ["parent", "1:", "classid", "1:2", "htb", "rate", HOST_UNSHAPED_RATE,
                                       "quantum", "60000"]},
-            {"obj": "qdisc", "args": ["parent", "1:2", "handle", "20:", "netem", *netem_args(d)]}])
+            *[{"obj": "qdisc", "args": [*where, "netem", *stage]}
+              for where, stage in zip((["parent", "1:2", "handle", "20:"], ["parent", "20:1", "handle", "21:"]),
+                                      netem_stages(d)) if stage]])
 
 
 class Tbf(Shaper):

@@ -156,8 +156,11 @@ def test_tc_ops_netem_and_nothing_to_shape():
 
     d = DirParams(rate_bps=30_000, delay_s=0.005, queue_pkts=64, loss=0.01)
     ops = render.tc_ops("netem", d)
-    assert ops[3] == {"obj": "qdisc", "args": ["parent", "1:2", "handle", "20:", "netem", "delay", "5ms",
-                                               "loss", "random", "1%", "rate", "30000bit", "limit", "64"]}
+    assert ops[3:5] == [{"obj": "qdisc", "args": ["parent", "1:2", "handle", "20:", "netem", "delay", "5ms",
+                                                  "loss", "random", "1%", "limit", "100000"]},
+                        {"obj": "qdisc", "args": ["parent", "20:1", "handle", "21:", "netem", "rate", "30000bit",
+                                                  "limit", "64"]}]
+    assert ops[5]["obj"] == "filter"
     assert render.loss_rule("netem", d, "x") == []            # netem does the loss itself
     assert render.lost_params("netem", d) == []
     assert render.tc_ops("tbf", DirParams()) == [] and render.tc_ops("netem", DirParams()) == []

@@ -12,9 +12,17 @@ GSGC = DirParams(rate_bps=30_000, delay_s=0.005, queue_pkts=64)
 def test_netem_full():
     d = DirParams(rate_bps=30_000, delay_s=0.005, jitter_s=0.001, jitter_dist="normal", loss=0.001,
                   queue_pkts=64)
+    # two stages: loss, delay and jitter in the root with no limit; the rate and the queue in its child (netem's
+    # limit would count the packets being delayed: render.netem_stages)
     assert shapers.get("netem").tc_lines("h1-eth0", d) == [
-        "qdisc add dev h1-eth0 root handle 1: netem delay 5ms 1ms distribution normal loss random 0.1% "
-        "rate 30000bit limit 64"]
+        "qdisc add dev h1-eth0 root handle 1: netem delay 5ms 1ms distribution normal loss random 0.1% limit 100000",
+        "qdisc add dev h1-eth0 parent 1:1 handle 10: netem rate 30000bit limit 64"]
+    # a rate alone: one netem, the queue its limit; nothing but delay and loss: one netem, no queue (the model
+    # ignores a queue without a rate)
+    assert shapers.get("netem").tc_lines("d", DirParams(rate_bps=1e6, queue_pkts=10)) == [
+        "qdisc add dev d root handle 1: netem rate 1000000bit limit 10"]
+    assert shapers.get("netem").tc_lines("d", DirParams(delay_s=0.01, loss=0.1, queue_pkts=10)) == [
+        "qdisc add dev d root handle 1: netem delay 10ms loss random 10% limit 100000"]
 
 
 def test_netem_gemodel_and_reorder():

@@ -48,9 +48,9 @@ def test_shaping_renders_the_dilated_link():
     plan = build_plan(parse_experiment("topology: {kind: tree, nodes: 3, degree: 2}\n"
                                        "links: {rate: 30kbit, delay: 5ms, queue: 64}\n"))
     tc, _ = node_shaping(plan, "h0", "netem", 7)
-    assert tc[0].endswith("netem delay 35ms rate 4285.71bit limit 64")
+    assert tc[0].endswith("netem delay 35ms limit 100000") and tc[1].endswith("netem rate 4285.71bit limit 64")
     tc1, _ = node_shaping(plan, "h0", "netem")
-    assert tc1[0].endswith("netem delay 5ms rate 30000bit limit 64")
+    assert tc1[0].endswith("netem delay 5ms limit 100000") and tc1[1].endswith("netem rate 30000bit limit 64")
     assert node_shaping(plan, "h0", "tbf", 3)[0][0].startswith("qdisc add dev h0-eth0 root handle 1: tbf rate "
                                                                 "10000bit burst 1600")
     queues = delayline_queues(plan, "lab", 10)
