@@ -295,8 +295,8 @@ def plan_run(experiment_path: str | Path, opts: RunOptions, variables: dict | No
         backend = get_backend(opts.backend, **(opts.backend_options or {}))
     timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
     dcls = backend.driver_class
-    check_supported(timeline, dcls.OPS, backend.name, dcls.WHY_UNSUPPORTED)
     try:
+        check_supported(timeline, dcls.OPS, backend.name, dcls.WHY_UNSUPPORTED, dcls.can_isolate(backend))
         backend.check_run(exp, plan, lab_name, state)
         packing = decide_packing(backend, exp, len(plan.members))
         dilation = decide_dilation(exp, packing, len(plan.members), opts, state)

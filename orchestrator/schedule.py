@@ -386,9 +386,16 @@ def expand(actions: list[_Action], plan: NetworkPlan, duration_s: float, seed: i
     return Timeline(actions=actions, ops=x.ops, joiners=x.joiners)
 
 
-def check_supported(timeline: Timeline, supported: frozenset[OpKind], backend: str, why: str = "") -> None:
-    """The one "not supported on this backend" check, before anything is built (exit 2)."""
+def check_supported(timeline: Timeline, supported: frozenset[OpKind], backend: str, why: str = "",
+                    silent_crash: bool = True) -> None:
+    """The one "not supported on this backend" check, before anything is built (exit 2). `silent_crash`: the
+    backend can cut a member off the network (a crash's `mode: silent`)."""
     for op in timeline.ops:
+        if op.kind == OpKind.CRASH and op.params == "silent" and not silent_crash:
+            a = timeline.actions[op.index]
+            raise FieldError(("schedule", op.index, "mode"),
+                             f"{a.action} at {a.at}: mode silent is not supported on the {backend} backend (it "
+                             "cannot drop a member's traffic); mode kill is")
         if op.kind not in supported:
             a = timeline.actions[op.index]
             raise FieldError(("schedule", op.index),

@@ -149,6 +149,11 @@ class NodeDriver(ABC):
         """SIGKILL, and wait until the processes are gone."""
         return self.signal(names, signal.SIGKILL, wait=True)
 
+    @classmethod
+    def can_isolate(cls, backend: "Backend") -> bool:
+        """Whether `isolate` works with `backend` (a silent crash is refused before anything is built if not)."""
+        return type(backend).isolate is not Backend.isolate
+
     def isolate(self, names: list[str], on: bool = True) -> dict[str, dict]:
         """Drop (on) or stop dropping (off) every packet to or from the members themselves, both directions;
         what a member forwards for others passes. Per-member failures as {name: {"ok": False, "error": ...}}."""

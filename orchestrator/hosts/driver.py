@@ -101,6 +101,10 @@ class HostsDriver(NodeDriver):
     def signal(self, names: list[str], sig: int, wait: bool = False) -> dict[str, dict]:
         return self.sessions.each(list(names), {"op": "signal", "sig": int(sig)})
 
+    @classmethod
+    def can_isolate(cls, backend) -> bool:
+        return True
+
     def isolate(self, names: list[str], on: bool = True) -> dict[str, dict]:
         """A silent crash's cut on the members' hosts (render.silent_rules), through their agents."""
         replies = self.sessions.each(list(names), {"op": "isolate", "on": on})

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import lab as labmod
 from orchestrator.backends import fake
-from orchestrator.backends.base import RunContext
+from orchestrator.backends.base import Backend, RunContext
 from orchestrator.errors import SpecError
 from orchestrator.plan import build_plan
 from orchestrator.rundir import RunDir
@@ -174,6 +174,20 @@ def test_an_unsupported_action_is_one_error_before_anything_is_built(tmp_path, m
     monkeypatch.setattr(fake.FakeDriver, "OPS", frozenset(OpKind) - {OpKind.LINK_CUT})
     with pytest.raises(SpecError, match=r"schedule\[4\]: partition at 0.5s: not supported on the fake backend") as e:
         run(_write(tmp_path), RunOptions(backend="fake", out=tmp_path / "runs"))
+    assert e.value.exit_code == 2
+    assert calls == [] and not (tmp_path / "runs").exists() and labmod.list_labs() == []
+
+
+def test_a_silent_crash_on_a_backend_that_cannot_drop_traffic_is_one_error_before_anything_is_built(
+        tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake", "isolate": Backend.isolate}))
+    f = _write(tmp_path, SILENT)
+    with pytest.raises(SpecError, match=r"fk.yaml:\d+: schedule\[0\]\.mode: crash at 0.1s: mode silent is not "
+                                        r"supported on the fake backend") as e:
+        run(f, RunOptions(backend="fake", out=tmp_path / "runs"))
     assert e.value.exit_code == 2
     assert calls == [] and not (tmp_path / "runs").exists() and labmod.list_labs() == []
 
