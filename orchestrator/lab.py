@@ -119,6 +119,11 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
     else:
         caps = probe()
         chosen = caps.choose(shaper)
+        refused = caps.unrenderable(chosen, prep.plan)
+        if refused:
+            raise SpecError(f"{experiment_path or prep.lab}: shaper {chosen} cannot render "
+                            f"{len(refused)} link direction(s): " + "; ".join(refused[:5])
+                            + (" ..." if len(refused) > 5 else ""))
         warnings = shaping_warnings(prep.plan, chosen)
         if warnings and strict:
             raise ShapingError("--strict-shaping: " + "; ".join(warnings))

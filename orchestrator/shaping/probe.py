@@ -34,6 +34,23 @@ class Capabilities:
     nfqueue: bool
     statistic: bool
     notes: tuple[str, ...] = ()
+    netem_dists: tuple[str, ...] = ("normal",)    # jitter distributions netem took (tc's tables, e.g. normal.dist)
+
+    def unrenderable(self, shaper: str, plan) -> list[str]:
+        """What the plan's links ask that `shaper` cannot do on this machine, one line per link direction and
+        parameter (pure). netem's jitter distributions other than uniform need tc's table file; a machine whose
+        `tc` lacks it fails `distribution normal` (the probe tried it)."""
+        if shaper != "netem":
+            return []
+        out = []
+        for link in plan.links:
+            for direction, d in (("down", link.down), ("up", link.up)):
+                if d.jitter_s and d.jitter_dist != "uniform" and d.jitter_dist not in self.netem_dists:
+                    out.append(f"link {link.id} ({direction}): jitter distribution {d.jitter_dist}: netem on this "
+                               f"machine cannot draw it (tc has no {d.jitter_dist} table: "
+                               f"{next((n for n in self.notes if 'distribution' in n), 'probe')}); use uniform "
+                               f"jitter or --shaper delayline")
+        return out
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -64,7 +81,8 @@ def probe_kernel(cache_dir: Path | None = None) -> Capabilities:
     cache = cache_dir / f"probe-{_boot_id()}.json" if cache_dir else None
     if cache and cache.exists():
         d = json.loads(cache.read_text())
-        return Capabilities(**{**d, "notes": tuple(d["notes"])})
+        if set(d) == set(Capabilities.__dataclass_fields__):     # an older probe's record: probe again
+            return Capabilities(**{**d, "notes": tuple(d["notes"]), "netem_dists": tuple(d["netem_dists"])})
     caps = _probe()
     if cache:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +135,8 @@ def _probe() -> Capabilities:
         if r.returncode != 0:
             raise ShapingError(f"cannot create a veth pair for the probe: {r.stderr.strip()}")
         netem = tc_ok(["netem", "delay", "1ms", "limit", "1000"], "netem", ["netem", "rate", "1mbit", "limit", "10"])
+        dists = tuple(x for x in ("normal",) if netem and tc_ok(["netem", "delay", "10ms", "1ms", "distribution", x],
+                                                                 f"netem distribution {x}"))
         tbf = tc_ok(["tbf", "rate", "1mbit", "burst", "1600", "latency", "50ms"], "tbf")
         nfqueue = ipt_ok(["-j", "NFQUEUE", "--queue-num", "0"], "NFQUEUE")
         statistic = ipt_ok(["-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "DROP"],
@@ -124,4 +144,4 @@ def _probe() -> Capabilities:
     finally:
         run(["ip", "netns", "del", ns])
     return Capabilities(kernel=os.uname().release, netem=netem, tbf=tbf, nfqueue=nfqueue, statistic=statistic,
-                        notes=tuple(notes))
+                        notes=tuple(notes), netem_dists=dists)

@@ -1,4 +1,6 @@
 """Shaping rendering: the exact tc / iptables input each shaper produces for a link direction (no root)."""
+import pytest
+
 from orchestrator.backends.mininet import node_ip_lines, node_shaping
 from orchestrator.plan import build_plan
 from orchestrator.shaping import render, shapers
@@ -154,3 +156,30 @@ def test_a_silent_crash_drops_what_the_namespace_sends_and_receives_itself_not_w
                        "-I OUTPUT 1 ! -o lo -m comment --comment testbed-silent -j DROP"]
     assert off[1:3] == [r.replace("-I ", "-D ").replace(" 1 ", " ") for r in on[1:3]]   # exactly those deleted
     assert "FORWARD" not in silent_rules(True)
+
+
+def test_an_experiment_netem_cannot_render_here_is_refused_before_anything_is_built(tmp_path, monkeypatch):
+    from orchestrator import lab as labmod
+    from orchestrator.backends import fake
+    from orchestrator.errors import SpecError
+
+    plan = build_plan(parse_experiment("topology: {kind: tree, nodes: 3, degree: 2}\n"
+                                       "links: {delay: 10ms, jitter: 2ms, jitter_dist: normal}\n"))
+    lacking = Capabilities(kernel="x", netem=True, tbf=True, nfqueue=True, statistic=True, netem_dists=(),
+                           notes=("netem distribution normal: No distribution data for normal",))
+    refused = lacking.unrenderable("netem", plan)
+    assert len(refused) == 4 and refused[0].startswith(f"link {plan.links[0].id} (down): jitter distribution normal")
+    assert "No distribution data" in refused[0]
+    assert lacking.unrenderable("delayline", plan) == []                            # the delay line draws it itself
+    assert Capabilities(kernel="x", netem=True, tbf=True, nfqueue=True, statistic=True).unrenderable("netem",
+                                                                                                   plan) == []
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(labmod, "probe", lambda cache=True: lacking)
+    f = tmp_path / "j.yaml"
+    f.write_text("name: j\ntopology: {kind: tree, nodes: 3, degree: 2}\n"
+                 "links: {delay: 10ms, jitter: 2ms, jitter_dist: normal}\n")
+    backend = fake.FakeBackend()
+    with pytest.raises(SpecError, match=r"j.yaml: shaper netem cannot render 4 link direction\(s\): link h0-h1 "
+                                        r"\(down\): jitter distribution normal") as e:
+        labmod.up(labmod.prepare(f), backend=backend, shaper="netem", experiment_path=str(f))
+    assert e.value.exit_code == 2 and backend.calls == [] and labmod.list_labs() == []
