@@ -72,3 +72,44 @@ def test_simulated_partial_views_grow_towards_c_plus_one_log_n_and_reliability_f
     before, after, count = _reliability("scamp", 40, 0.6, 4)
     _, hpv_after, _ = _reliability("hyparview", 40, 0.6, 4)
     assert count > 10 and before > 0.7 and after < hpv_after - 0.2
+
+
+def test_one_by_one_joins_subscribe_through_a_random_member_already_in_the_overlay():
+    cs = cores(10, join_interval_s=0.5, cycle_s=0.2)
+    assert cs[0].contact == 0 and cs[0].join_due is None and not cs[0].startup.send        # 0 starts the overlay
+    for c in cs[1:]:
+        assert 0 <= c.contact < c.me and c.join_due == pytest.approx(0.5 * c.me) and not c.startup.send
+    seven = cs[7]
+    assert not seven.tick(3.0).send and not seven.partial                                   # not before 3.5 s
+    out = seven.tick(3.5)
+    assert (seven.contact, Subscribe(7, 7, 5)) in out.send and set(seven.partial) == {seven.contact}
+    assert seven.join_due is None
+    # seeded: the same contacts again; over many seeds every earlier member is drawn
+    assert [c.contact for c in cores(10, join_interval_s=0.5)] == [c.contact for c in cs]
+    drawn = {ScampNode(cfg, 0.0).contact for s in range(60) for cfg in make_configs(10, "scamp", seed=s,
+                                                                                     join_interval_s=0.5)[9:]}
+    assert drawn == set(range(9))
+
+
+def test_simulated_one_by_one_joins_spread_the_in_degree_that_a_single_contact_concentrates():
+    # all at once through member 0: every member starts with 0 in its PartialView, so 0's in-degree is n - 1
+    # until leases expire (Table 1's 199 of 200); one by one through random earlier members, as seed 003 §5 ran
+    # Scamp, no member is that popular
+    n = 60
+
+    def in_degrees(**params) -> list[int]:
+        sim = OverlaySim(make_configs(n, "scamp", seed=3, **params), seed=3)
+        sim.run(0.1 * n + 8.0)
+        deg = [0] * n
+        for i in range(n):
+            for q in sim.cores[i].partial:
+                deg[q] += 1
+        return deg
+
+    single, spread = in_degrees(), in_degrees(join_interval_s=0.1)
+    assert single[0] == n - 1
+    assert max(spread) < 0.6 * (n - 1) and min(spread) >= 1       # every member known, none by nearly all
+    mean = sum(spread) / n
+    assert 0.4 * 5 * math.log(n) < mean < 1.5 * 5 * math.log(n)  # PartialViews still ~ (c + 1) ln n
+    print(f"Scamp in-degree, {n} members: single contact max {max(single)}; one by one max {max(spread)}, "
+          f"mean {mean:.1f}")

@@ -2,7 +2,8 @@
 fanout 4 over the PartialView (UDP). Scamp is reactive: views change on (re-)subscriptions and lease expiries only.
 
 - subscription: a member sends SUBSCRIBE(me, indirection_ttl) to the contact and starts with the contact in its
-  PartialView; the SUBSCRIBE walks indirection_ttl random hops over PartialViews (indirection: the subscription's
+  PartialView (all at once through `contact`, or with `join_interval_s` one by one, each through a random member
+  already in the overlay, as seed 003 §5 initialised Scamp); the SUBSCRIBE walks indirection_ttl random hops over PartialViews (indirection: the subscription's
   effective contact is a random member), and the member where it ends forwards FORWARD_SUB(new) to every member of
   its PartialView and c more to random ones (c = 4).
 - a FORWARD_SUB(new) is kept with probability 1 / (1 + |PartialView|) (always after `forward_limit` hops), unless
@@ -52,10 +53,21 @@ class ScampNode(PeerBroadcaster, Core):
         self.counters: Counter[str] = Counter()
         self.slots = BroadcastSlots(self.name, cfg, MIN_DATA_SIZE, now, self.rng, p.backups, p.backup_delay_s)
         self.startup = Output()
-        if self.me != self.contact:
-            self._add(self.startup, now, self.contact, "subscribe")
-            self.startup.send.append((self.contact, Subscribe(self.me, self.me, self.ttl)))
-            self.counters["subscribe_sent"] += 1
+        # one by one (join_interval_s > 0): member i subscribes i intervals after its start, through a random
+        # member already in the overlay (seed 003 §5); member 0 starts it. Else every member at once through
+        # `contact`.
+        self.join_due: float | None = None
+        if p.join_interval_s > 0:
+            self.contact = self.rng.randrange(self.me) if self.me else self.me
+            self.join_due = now + self.me * p.join_interval_s if self.me else None
+        elif self.me != self.contact:
+            self._subscribe(self.startup, now)
+
+    def _subscribe(self, out: Output, now: float) -> None:
+        """The first subscription: the contact in the PartialView, SUBSCRIBE to it (its walk starts there)."""
+        self._add(out, now, self.contact, "subscribe")
+        out.send.append((self.contact, Subscribe(self.me, self.me, self.ttl)))
+        self.counters["subscribe_sent"] += 1
 
     def _log(self, out: Output, now: float, view: str, op: str, peer: int, reason: str) -> None:
         self.changes += 1
@@ -141,18 +153,22 @@ class ScampNode(PeerBroadcaster, Core):
         return out
 
     def next_wakeup(self) -> float:
-        return min(self.clock.due, self.slots.due)
+        return min(self.clock.due, self.slots.due, self.join_due if self.join_due is not None else float("inf"))
 
     def tick(self, now: float) -> Output:
         out = Output()
+        if self.join_due is not None and now >= self.join_due:
+            self.join_due = None
+            self._subscribe(out, now)
         if now >= self.clock.due:
             skipped = self.clock.advance(now)
             self.cycle += 1 + skipped
             for q in sorted(q for q, exp in self.partial.items() if exp <= now):
                 del self.partial[q]
                 self._log(out, now, "partial", "remove", q, "lease")
-            isolated = not self.inview and self.me != self.contact and self.cycle % 2 == 0
-            if now >= self.resubscribe_at or isolated:
+            isolated = (not self.inview and self.me != self.contact and self.join_due is None
+                        and self.cycle % 2 == 0)
+            if (now >= self.resubscribe_at and self.join_due is None) or isolated:
                 self.resubscribe_at = now + self.lease
                 via = self.rng.choice(sorted(self.partial)) if self.partial and not isolated else self.contact
                 if via != self.me:

@@ -19,7 +19,13 @@ class ScampParams(Strict):
     lease_s: float = Field(default=60.0, gt=0, description="a subscription's lease: entries expire after it, and "
                                                           "every member re-subscribes once per lease")
     cycle_s: float = Field(default=1.0, gt=0, description="the periodic step (lease checks, the cycle counter)")
-    contact: int = Field(default=0, ge=0, description="the member every new member subscribes through")
+    contact: int = Field(default=0, ge=0, description="the member every new member subscribes through (joins at "
+                                                      "once; with join_interval > 0 a random earlier member is)")
+    join_interval_s: float = Field(default=0.0, ge=0, description=(
+        "0: every member subscribes at its start through `contact` (the testbed's common start: all at once); > 0: "
+        "member i subscribes i x this after its start, one by one in id order, through a random member already in "
+        "the overlay (an id below its own): seed 003 §5, 'Scamp was initiated by using a random node already in "
+        "the overlay as the contact point'"))
     backups: int = Field(default=2, ge=0, le=10, description="broadcast slots: stand-in senders (peerview.broadcast)")
     backup_delay_s: float = Field(default=0.5, gt=0, description="delay of each stand-in sender")
 
