@@ -490,11 +490,14 @@ def test_kernel_queue_drops_are_fatal(lab):
     lab.start(extra_config={"kernel_maxlen": 8})
     udp_burst(lab, "a", "10.9.0.1", 30, 100)
     deadline = time.monotonic() + 5
-    with pytest.raises(DelayLineDied, match="queue_dropped=22"):
+    with pytest.raises(DelayLineDied, match=r"queue_dropped=\d+") as e:
         while time.monotonic() < deadline:
             lab.client.ping()
             time.sleep(0.1)
-    assert lab.client.stats()["kernel_drops"] == 22
+    # at most 30 - 8: the engine may read a packet or two from the kernel queue while the burst is still coming
+    # (20 once, 2026-11-28, run11), never more than what overflowed
+    dropped = int(re.search(r"queue_dropped=(\d+)", str(e.value)).group(1))
+    assert 1 <= dropped <= 22 and lab.client.stats()["kernel_drops"] == dropped
 
 
 @pytest.mark.root
