@@ -157,9 +157,13 @@ class NodeDriver(ABC):
     def isolate(self, names: list[str], on: bool = True) -> dict[str, dict]:
         """Drop (on) or stop dropping (off) every packet to or from the members themselves, both directions;
         what a member forwards for others passes. Per-member failures as {name: {"ok": False, "error": ...}}."""
-        errors = self.backend.isolate(self.ctx.state, names, on)
+        errors = self.cut_off(names, on)
         (self.isolated.update if on else self.isolated.difference_update)(n for n in names if n not in errors)
         return {m: {"ok": False, "error": e} for m, e in errors.items()}
+
+    def cut_off(self, names: list[str], on: bool) -> dict[str, str]:
+        """`isolate`'s side effect, {member: error} for those that failed: the backend's rules by default."""
+        return self.backend.isolate(self.ctx.state, names, on)
 
     def reconnect(self, names: list[str]) -> list[str]:
         """Before a (re)start: members silently crashed earlier get their network back. Returns `names`."""

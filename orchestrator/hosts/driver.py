@@ -105,12 +105,10 @@ class HostsDriver(NodeDriver):
     def can_isolate(cls, backend) -> bool:
         return True
 
-    def isolate(self, names: list[str], on: bool = True) -> dict[str, dict]:
+    def cut_off(self, names: list[str], on: bool) -> dict[str, str]:
         """A silent crash's cut on the members' hosts (render.silent_rules), through their agents."""
         replies = self.sessions.each(list(names), {"op": "isolate", "on": on})
-        (self.isolated.update if on else self.isolated.difference_update)(
-            m for m, r in replies.items() if r.get("ok"))
-        return {m: r for m, r in replies.items() if not r.get("ok")}
+        return {m: r.get("error", "no reply") for m, r in replies.items() if not r.get("ok")}
 
     def control_senders(self, request: dict) -> dict[str, dict]:
         senders = [m for m, c in self.configs.items() if c["senders"] and c["id"] in c["senders"]]

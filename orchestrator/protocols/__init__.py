@@ -154,17 +154,18 @@ def _section_model() -> type[BaseModel]:
             comebacks += [w for a, w in (("restart", "restarts members"), ("join", "joins members")) if a in actions]
             if not comebacks:
                 return []
+            return ADAPTERS.get(self.name, Adapter()).schedule_warnings(self._given(), comebacks)
+
+        def _given(self) -> dict[str, Any]:
+            """The parameters the file gives (experiment keys, validated values), defaults left out."""
             section: BaseModel = getattr(self, self.name)
             raw = self._raw[self.name] or {}
-            params = {k: v for k, v in section.model_dump(mode="json").items() if k in raw}
-            return ADAPTERS.get(self.name, Adapter()).schedule_warnings(params, comebacks)
+            return {k: v for k, v in section.model_dump(mode="json").items() if k in raw}
 
         def node_params(self, ctx: Context) -> dict[str, Any]:
             """The node config's `protocol` section: {name, ...node fields}."""
-            section: BaseModel = getattr(self, self.name)
-            raw = self._raw[self.name] or {}
-            model, renames = SECTIONS[self.name]
-            params = {renames.get(k, k): v for k, v in section.model_dump(mode="json").items() if k in raw}
+            _, renames = SECTIONS[self.name]
+            params = {renames.get(k, k): v for k, v in self._given().items()}
             params = ADAPTERS.get(self.name, Adapter()).to_node(params, ctx)
             return {"name": self.name, **params}
 

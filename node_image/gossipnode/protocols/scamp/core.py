@@ -3,8 +3,9 @@ fanout 4 over the PartialView (UDP). Scamp is reactive: views change on (re-)sub
 
 - subscription: a member sends SUBSCRIBE(me, indirection_ttl) to the contact and starts with the contact in its
   PartialView (all at once through `contact`, or with `join_interval_s` one by one, each through a random member
-  already in the overlay, as seed 003 §5 initialised Scamp); the SUBSCRIBE walks indirection_ttl random hops over PartialViews (indirection: the subscription's
-  effective contact is a random member), and the member where it ends forwards FORWARD_SUB(new) to every member of
+  already in the overlay, as seed 003 §5 initialised Scamp); the SUBSCRIBE walks indirection_ttl random hops over
+  PartialViews (indirection: the subscription's effective contact is a random member), and the member where it
+  ends forwards FORWARD_SUB(new) to every member of
   its PartialView and c more to random ones (c = 4).
 - a FORWARD_SUB(new) is kept with probability 1 / (1 + |PartialView|) (always after `forward_limit` hops), unless
   `new` is the receiver or already in its PartialView; the keeper adds `new` and sends it KEPT (the new member adds
