@@ -62,7 +62,9 @@ test-unit: venv
 test-netem: setup
 	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
 	$(NETEM_VM) --setup
-	$(NETEM_VM) --timeout 600 -- $(PY) -m pytest -p no:cacheprovider -m netem -x -q -s tests/integration/test_netem.py tests/integration/test_netem_fidelity.py
+	@mkdir -p docs/results/netem; rm -f docs/results/netem/fidelity.jsonl
+	$(NETEM_VM) --timeout 900 -- env FIDELITY_TABLE=docs/results/netem/fidelity.jsonl $(PY) -m pytest -p no:cacheprovider -m netem -q -s tests/integration/test_netem.py tests/integration/test_netem_fidelity.py 2>&1 | tee docs/results/netem/make-test-netem.log; status=$${PIPESTATUS[0]}; \
+	  $(PY) benchmarks/fidelity_table.py docs/results/netem/fidelity.jsonl --out docs/results/netem/fidelity.md --log docs/results/netem/make-test-netem.log; exit $$status
 
 ORCH := $(VENV)/bin/orchestrator
 # The demo: a 40-member GSGC experiment end to end on Mininet (network, fidelity probe, captures, nodes, a crash

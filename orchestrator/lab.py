@@ -69,6 +69,23 @@ def lab_dilation(prep: Prepared):
         raise SpecError(f"time.dilation: {exc}") from None
 
 
+def live_link_params(prep: Prepared) -> tuple[tuple[str, DirParams], ...]:
+    """What the schedule's `link` actions will set, each on the planned parameters ((where, parameters) pairs): a
+    shaper that cannot render one is refused at `up`, not when the action comes (Capabilities.unrenderable)."""
+    from orchestrator.schedule import OpKind, expand, parse_schedule
+
+    exp, plan = prep.experiment, prep.plan
+    if not exp.schedule:
+        return ()
+    out = []
+    for op in expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed).ops:
+        if op.kind == OpKind.LINK_SET:
+            for lid, direction in op.links:
+                planned = getattr(next(lk for lk in plan.links if lk.id == lid), direction)
+                out.append((f"the link action at {op.t:g} s, link {lid} ({direction})", op.params.apply(planned)))
+    return tuple(out)
+
+
 def shaping_warnings(plan: NetworkPlan, shaper: str) -> list[str]:
     """What the chosen shaper will not emulate: one line per lost parameter, counted over link directions."""
     lost: dict[str, list[DirParams]] = {}
@@ -119,7 +136,7 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
     else:
         caps = probe()
         chosen = caps.choose(shaper)
-        refused = caps.unrenderable(chosen, prep.plan)
+        refused = caps.unrenderable(chosen, prep.plan, live_link_params(prep))
         if refused:
             raise SpecError(f"{experiment_path or prep.lab}: shaper {chosen} cannot render "
                             f"{len(refused)} link direction(s): " + "; ".join(refused[:5])

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from orchestrator.errors import ShapingError, SpecError
 from orchestrator.shaping import shapers
+from orchestrator.shaping.params import DirParams
+from orchestrator.shaping.render import FIFO_RATE
 
 SHAPERS = ("auto", *shapers.SHAPERS)
 
@@ -36,20 +38,22 @@ class Capabilities:
     notes: tuple[str, ...] = ()
     netem_dists: tuple[str, ...] = ("normal",)    # jitter distributions netem took (tc's tables, e.g. normal.dist)
 
-    def unrenderable(self, shaper: str, plan) -> list[str]:
-        """What the plan's links ask that `shaper` cannot do on this machine, one line per link direction and
+    def unrenderable(self, shaper: str, plan, live: tuple[tuple[str, DirParams], ...] = ()) -> list[str]:
+        """What the plan's links, and the parameters `live` link changes will set ((where, parameters) pairs: the
+        schedule's `link` actions), ask that `shaper` cannot do on this machine, one line per link direction and
         parameter (pure). netem's jitter distributions other than uniform need tc's table file; a machine whose
         `tc` lacks it fails `distribution normal` (the probe tried it)."""
         if shaper != "netem":
             return []
+        wanted = [(f"link {link.id} ({direction})", d) for link in plan.links
+                  for direction, d in (("down", link.down), ("up", link.up))] + list(live)
         out = []
-        for link in plan.links:
-            for direction, d in (("down", link.down), ("up", link.up)):
-                if d.jitter_s and d.jitter_dist != "uniform" and d.jitter_dist not in self.netem_dists:
-                    out.append(f"link {link.id} ({direction}): jitter distribution {d.jitter_dist}: netem on this "
-                               f"machine cannot draw it (tc has no {d.jitter_dist} table: "
-                               f"{next((n for n in self.notes if 'distribution' in n), 'probe')}); use uniform "
-                               f"jitter or --shaper delayline")
+        for where, d in wanted:
+            if d.jitter_s and d.jitter_dist != "uniform" and d.jitter_dist not in self.netem_dists:
+                out.append(f"{where}: jitter distribution {d.jitter_dist}: netem on this machine cannot draw it (tc "
+                           f"has no {d.jitter_dist} table: "
+                           f"{next((n for n in self.notes if 'distribution' in n), 'probe')}); use uniform "
+                           f"jitter or --shaper delayline")
         return out
 
     def to_json(self) -> dict:
@@ -134,7 +138,9 @@ def _probe() -> Capabilities:
         r = run(["ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"])
         if r.returncode != 0:
             raise ShapingError(f"cannot create a veth pair for the probe: {r.stderr.strip()}")
-        netem = tc_ok(["netem", "delay", "1ms", "limit", "1000"], "netem", ["netem", "rate", "1mbit", "limit", "10"])
+        # the two stages as rendered, the root's jitter with its nominal rate (render.FIFO_RATE)
+        netem = tc_ok(["netem", "delay", "1ms", "1ms", "rate", FIFO_RATE, "limit", "1000"], "netem",
+                      ["netem", "rate", "1mbit", "limit", "10"])
         dists = tuple(x for x in ("normal",) if netem and tc_ok(["netem", "delay", "10ms", "1ms", "distribution", x],
                                                                  f"netem distribution {x}"))
         tbf = tc_ok(["tbf", "rate", "1mbit", "burst", "1600", "latency", "50ms"], "tbf")

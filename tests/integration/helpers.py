@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
+import textwrap
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -145,3 +147,118 @@ def runs_together(calls: dict[str, tuple], tmp: Path) -> dict[str, Future]:
         for f in futures.values():
             f.exception()
     return futures
+
+
+# Timestamped UDP flows (one-way delays: CLOCK_MONOTONIC is one clock for every namespace of a machine, or a VM).
+UDP_TIMED_RECEIVER = textwrap.dedent("""
+    import json, socket, struct, sys, time
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+    s.bind(("0.0.0.0", int(sys.argv[3]) if len(sys.argv) > 3 else 9999))
+    print("bound", flush=True)
+    idle, total = float(sys.argv[1]), float(sys.argv[2])
+    out, t0, last = [], time.monotonic(), None
+    s.settimeout(0.05)
+    while time.monotonic() - t0 < total and (last is None or time.monotonic() - last < idle):
+        try:
+            data = s.recv(2048)
+        except socket.timeout:
+            continue
+        last = time.monotonic()
+        seq, ts = struct.unpack_from("!Id", data)
+        out.append((seq, last - ts))  # CLOCK_MONOTONIC is one clock for every namespace
+    print(json.dumps(out), flush=True)
+""")
+
+UDP_PACED_SENDER = textwrap.dedent("""
+    import socket, struct, sys, time
+    dst, n, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    host, port = (dst.split(":")[0], int(dst.split(":")[1])) if ":" in dst else (dst, 9999)
+    # optional: the first send's CLOCK_MONOTONIC time, and offsets (s) added to the sends in turn
+    t0 = float(sys.argv[4]) if len(sys.argv) > 4 else time.monotonic()
+    offsets = [float(x) for x in sys.argv[5].split(",")] if len(sys.argv) > 5 else [0.0]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    pad = b"x" * 60
+    for i in range(n):
+        d = t0 + i * gap + offsets[i % len(offsets)] - time.monotonic()
+        if d > 0:
+            time.sleep(d)
+        s.sendto(struct.pack("!Id", i, time.monotonic()) + pad, (host, port))
+""")
+
+
+def quantiles_within_noise(measured: list[float], noise: list[float], ppf, levels: tuple[float, ...],
+                           early: float, z: float = 4.0) -> list[str]:
+    """Which sample quantiles of `measured` (a drawn delay X with inverse CDF `ppf`, plus the path's noise N >= 0)
+    fall outside what X allows, given `noise`: N sampled at the same moments on an unjittered reference flow.
+    Below: the shaper is never early by more than `early` (the delay line's arrival stamp and its release may
+    each be one timer advance early; netem's hrtimer is not early), so q_M(p) >= ppf(p - z sd) - early at every
+    level. Above,
+    distribution-free:
+    P(X + N > x + n) <= P(X > x) + P(N > n); of the budget b = 1 - p - z sd left to the two, three quarters go to X
+    (x = ppf(1 - 3b/4)) and a quarter to N (n = the reference's 1 - b/8 quantile, if its sampling error z sd is
+    within b/8; else the level has no upper bound). A busy machine widens the upper bound by the noise it adds."""
+    m, nz = sorted(measured), sorted(noise)
+    q = lambda xs, p: xs[min(len(xs) - 1, max(0, int(p * (len(xs) - 1))))]  # noqa: E731
+    sd = lambda p, k: math.sqrt(p * (1 - p) / k)  # noqa: E731
+    bad = []
+    for p in levels:
+        lo = ppf(max(1e-5, p - z * sd(p, len(m)))) - early
+        b = 1 - p - z * sd(p, len(m))
+        r = 1 - b / 8
+        hi = ppf(1 - 3 * b / 4) + max(q(nz, r), 0.0) if b > 0 and z * sd(r, len(nz)) <= b / 8 else math.inf
+        if not lo <= q(m, p) <= hi:
+            bad.append(f"p{p * 100:g} {q(m, p) * 1e3:.2f} ms outside [{lo * 1e3:.2f}, {hi * 1e3:.2f}]")
+    return bad
+
+
+def lab_timed_flows(state, plan, flows: list[tuple[str, str, int, float]], idle: float = 1.5) -> list[list]:
+    """All at once, each flow (src, dst, n, gap): n timestamped UDP datagrams src -> dst every `gap` s (each flow to
+    its own port); returns, per flow, [(seq, one-way delay s)] in arrival order."""
+    total = max(n * gap for *_, n, gap in flows) + 30
+    rxs = [in_node(state, dst, [sys.executable, "-c", UDP_TIMED_RECEIVER, str(idle), str(total), str(9100 + i)],
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for i, (_, dst, _, _) in enumerate(flows)]
+    try:
+        for rx in rxs:
+            assert rx.stdout.readline().strip() == "bound", rx.stderr.read()
+        txs = [in_node(state, src, [sys.executable, "-c", UDP_PACED_SENDER, f"{plan.node(dst).address}:{9100 + i}",
+                                    str(n), str(gap)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for i, (src, dst, n, gap) in enumerate(flows)]
+        for tx in txs:
+            _, err = tx.communicate(timeout=total + 10)
+            assert tx.returncode == 0, err
+        return [[tuple(x) for x in json.loads(rx.communicate(timeout=total + 10)[0])] for rx in rxs]
+    finally:
+        for rx in rxs:
+            if rx.poll() is None:
+                rx.kill()
+                rx.wait()
+
+
+def fidelity_row(parameter: str, configured: str, measured: str, tolerance: str, ok: bool) -> bool:
+    """One row of a measured link-fidelity table: appended as a JSON line to the file $FIDELITY_TABLE names (`make
+    test-netem` sets it; benchmarks/fidelity_table.py renders the table), printed always. Returns `ok`, for the
+    assertion that follows."""
+    row = {"parameter": parameter, "configured": configured, "measured": measured, "tolerance": tolerance,
+           "pass": bool(ok), "kernel": os.uname().release, "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+    print(f"fidelity: {parameter}: configured {configured}; measured {measured}; tolerance {tolerance}; "
+          f"{'pass' if ok else 'FAIL'}")
+    path = os.environ.get("FIDELITY_TABLE")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return ok
+
+
+# The VM's timers. netem holds a packet until its time; the VM (QEMU without KVM) fires that timer late, and more so
+# when the host is busy: a one-way traversal of a link measured 0.3-1.0 ms late with one netem stage, round trips
+# through two stages (a rate) 1-2.7 ms per traversal (the medians 3-8 % over the formula, 2026-11-28). So a delay
+# measured through netem here is judged by its lower quartile (helpers.typical): never under the formula by more
+# than 0.5 ms (the stamps; netem is never early), over it by at most 3 % + 2 ms per link traversal.
+def vm_allows(samples_ms: list[float], expected_ms: float, traversals: int) -> bool:
+    t = typical(samples_ms)
+    return expected_ms - 0.5 <= t <= expected_ms * 1.03 + 2.0 * traversals
+
+
+VM_TOLERANCE = "lower quartile -0.5 ms .. +3 % + 2 ms per link traversal (the VM's timers)"

@@ -1,14 +1,22 @@
 """Link fidelity measured on netem (issue #37), in the VM `make test-netem` boots: the delay line's checks
-(tests/integration/test_delayline.py, test_lab_delayline.py) against the netem path. Each test prints what it
-measured (`make test-netem` runs pytest with -s): docs/netem.md's table is read from that output."""
+(tests/integration/test_delayline.py, test_lab_delayline.py) against the netem path. Each check is one row of the
+measured table (helpers.fidelity_row): `make test-netem` collects the rows and renders them in
+docs/results/netem/fidelity.md. The VM runs Python ~20x slower than the host, so the judges that involve the
+path's own timing allow for it, each as its comment says."""
 from __future__ import annotations
 
+import json
+import math
 import re
+import statistics
 
 import pytest
 from scipy.stats import binom
 
-from .helpers import run_in_node, running_lab, udp_transfer
+from orchestrator.backends.registry import get_backend
+
+from .helpers import (VM_TOLERANCE, cli, fidelity_row, lab_namespaces, lab_timed_flows, quantiles_within_noise,
+                      run_in_node, running_lab, typical, udp_transfer, unique_lab, vm_allows)
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.netem]
 
@@ -42,7 +50,9 @@ def test_netem_loss_within_binomial_interval(tmp_path, state_dir):
         lo, hi = binomial_interval(n, p_rt)
         lost = sent - got
         print(f"netem loss: {lost}/{n} round trips lost, expected {n * p_rt:.0f} in [{lo}, {hi}] (99.9%)")
-        assert lo <= lost <= hi
+        assert fidelity_row("loss, 1 hop, both directions", f"10 % (round trip 19 %: {n * p_rt:.0f} of {n})",
+                            f"{lost} of {n} round trips lost", f"[{lo}, {hi}] of {n}, exact binomial 99.9 %",
+                            lo <= lost <= hi)
 
 
 def test_netem_queue_bounds_the_packets_waiting_for_the_link_not_those_being_delayed(tmp_path, state_dir):
@@ -73,4 +83,221 @@ def test_netem_queue_bounds_the_packets_waiting_for_the_link_not_those_being_del
     print(f"netem queue: {got} of {n} delivered (two stages); the link model {expected}; one netem with "
           f"limit {queue}: {one}")
     # the sender's pacing in the VM is not exact: a tenth either way
-    assert abs(got - expected) <= max(3, expected // 10), (got, expected)
+    assert fidelity_row("queue limit under a burst, 1 hop",
+                        f"1 Mbit/s, 300 ms, queue {queue}; {n} x {size} B, {gap * 1e3:g} ms apart",
+                        f"{got} delivered (one netem with limit {queue}, the rendering before: {one})",
+                        f"the link model's {expected} +- max(3, 10 %)", abs(got - expected) <= max(3, expected // 10))
+
+
+def inversions(seqs: list[int]) -> int:
+    return sum(1 for a, b in zip(seqs, seqs[1:]) if b < a)
+
+
+@pytest.mark.parametrize("dist", ["uniform", "normal"])
+def test_netem_jitter_quantiles_and_fifo(tmp_path, state_dir, dist):
+    # h0 -> h1 delayed 25 ms with jitter 5 ms (uniform: +-5 ms; normal: sd 5 ms), h1 -> h0 25 ms without: that
+    # reference flow, 4x denser over the same seconds, measures the path's own noise (the VM's wake-ups). Packets
+    # 30 ms apart, so FIFO never binds (uniform spans 10 ms; two normal draws differ by 30 ms at 4.2 sigma): the
+    # delay line's test_jitter_spreads_delay_and_keeps_fifo, with its judge. netem is never early (its hrtimer
+    # fires at the drawn time, after the sender's stamp); its normal table is quantised, hence 0.5 ms.
+    delay, jitter, n = 0.025, 0.005, 200
+    exp = ("topology: {kind: tree, nodes: 2, degree: 2}\n"
+           f"links: {{delay: 25ms, down: {{jitter: 5ms, jitter_dist: {dist}}}}}\n")
+    with running_lab(exp, tmp_path, shaper="netem") as (state, plan):
+        dev = plan.link_of("h0", "h1").parent_if
+        q = run_in_node(state, "h0", ["tc", "qdisc", "show", "dev", dev]).stdout
+        assert "delay 25ms  5ms" in q or "delay 25ms 5ms" in q, q
+        got, ref = lab_timed_flows(state, plan, [("h0", "h1", n, 0.030), ("h1", "h0", 4 * n, 0.030 / 4)])
+        assert len(got) == n and len(ref) == 4 * n
+        noise = [d - delay for _, d in ref]
+        if dist == "uniform":
+            ppf, levels = (lambda p: delay - jitter + 2 * jitter * p), (0.03, 0.1, 0.25, 0.5, 0.75, 0.9, 0.97)
+        else:
+            ppf, levels = statistics.NormalDist(delay, jitter).inv_cdf, (0.1, 0.25, 0.5, 0.75, 0.9)
+        d = sorted(x[1] for x in got)
+        qs = "/".join(f"{d[int(p * (len(d) - 1))] * 1e3:.2f}" for p in (0.1, 0.5, 0.9))
+        want = "/".join(f"{ppf(p) * 1e3:.2f}" for p in (0.1, 0.5, 0.9))
+        bad = quantiles_within_noise([x[1] for x in got], noise, ppf, levels, early=0.0005)
+        assert fidelity_row(f"jitter, {dist}, 1 hop one way", f"25 ms, {'+-5 ms' if dist == 'uniform' else 'sd 5 ms'}"
+                            f" (p10/p50/p90 {want} ms)",
+                            f"p10/p50/p90 {qs} ms over {n} packets; reference noise p50 "
+                            f"{statistics.median(noise) * 1e3:.2f} ms",
+                            f"quantiles {', '.join(f'p{p * 100:g}' for p in levels)} within the draw's 4-sigma "
+                            "band + the reference's noise", not bad), bad
+
+        # Densely spaced (1 ms, under the jitter's range): netem keeps the order (the root netem's nominal rate,
+        # render.netem_stages), as the delay line does. Then the root without it, as rendered before, for the record.
+        dense = [s for s, _ in lab_timed_flows(state, plan, [("h0", "h1", 300, 0.001)])[0]]
+        root = ["delay", "25ms", "5ms", *(["distribution", "normal"] if dist == "normal" else []), "limit", "100000"]
+        for line in (["qdisc", "del", "dev", dev, "root"], ["qdisc", "add", "dev", dev, "root", "netem", *root]):
+            assert run_in_node(state, "h0", ["tc", *line]).returncode == 0
+        before = [s for s, _ in lab_timed_flows(state, plan, [("h0", "h1", 300, 0.001)])[0]]
+    print(f"netem {dist} jitter, 300 packets 1 ms apart: {inversions(dense)} inversions; without the root's rate "
+          f"(the rendering before): {inversions(before)}")
+    assert inversions(before) > 0, "the dense flow cannot tell FIFO from reordering"
+    assert fidelity_row(f"jitter, {dist}: order of 300 packets 1 ms apart", "jitter keeps FIFO (as the delay line)",
+                        f"{inversions(dense)} inversions, {len(dense)} delivered (the rendering before: "
+                        f"{inversions(before)} inversions)", "0 inversions, 300 delivered",
+                        inversions(dense) == 0 and len(dense) == 300)
+
+
+def test_netem_asymmetric_directions_and_a_subtree_override(tmp_path, state_dir):
+    # h0 root; h1 (below it h2) under the override: 40 ms both ways; h3, h4: 5 ms down, 15 ms up. Six one-way flows
+    # at once, 40 packets each; each judged against the path's sum (vm_allows).
+    exp = ("topology: {kind: tree, nodes: 5, degree: 3}\n"
+           "links: {delay: 5ms, up: {delay: 15ms}, overrides: [{subtree: h1, delay: 40ms}]}\n")
+    expected_ms = {("h3", "h0"): 15, ("h0", "h3"): 5, ("h2", "h0"): 80, ("h0", "h2"): 80, ("h2", "h3"): 85,
+                   ("h3", "h2"): 95}
+    with running_lab(exp, tmp_path, shaper="netem") as (state, plan):
+        assert [(lk.id, lk.down.delay_s, lk.up.delay_s) for lk in plan.links] == [
+            ("h0-h1", 0.04, 0.04), ("h1-h2", 0.04, 0.04), ("h0-h3", 0.005, 0.015), ("h0-h4", 0.005, 0.015)]
+        flows = lab_timed_flows(state, plan, [(a, b, 40, 0.05) for a, b in expected_ms])
+    hops = {("h3", "h0"): 1, ("h0", "h3"): 1, ("h2", "h0"): 2, ("h0", "h2"): 2, ("h2", "h3"): 3, ("h3", "h2"): 3}
+    bad = []
+    seen = []
+    for ((a, b), want), got in zip(expected_ms.items(), flows):
+        ms = [x[1] * 1e3 for x in got]
+        seen.append(f"{a}>{b} {typical(ms):.1f}/{want}")
+        if len(got) != 40 or not vm_allows(ms, want, hops[a, b]):
+            bad.append((a, b, len(got), round(typical(ms), 2), want))
+    assert fidelity_row("asymmetric directions and a subtree override, one way",
+                        "5 ms down / 15 ms up; subtree h1 40 ms both ways; 6 paths of 1-3 hops",
+                        "lower quartile / expected ms: " + ", ".join(seen), VM_TOLERANCE, not bad), bad
+
+
+def test_netem_partition_and_heal(tmp_path, state_dir):
+    # h1 - h0 - h2, 5 ms per hop: cut h0-h2 both ways (the schedule's partition: backend.set_link(None)), nothing
+    # crosses it while h1 - h0 still works; heal (the planned parameters back): every ping crosses, at the planned RTT.
+    exp = "topology: {kind: tree, nodes: 3, degree: 2}\nlinks: {delay: 5ms}\n"
+
+    def ping(src, dst, n=10):
+        r = run_in_node(state, src, ["ping", "-c", str(n), "-i", "0.1", "-W", "1", plan.node(dst).address],
+                        timeout=60)
+        return len(re.findall(r"time=([\d.]+) ms", r.stdout)), [float(x) for x in
+                                                                re.findall(r"time=([\d.]+) ms", r.stdout)]
+
+    with running_lab(exp, tmp_path, shaper="netem") as (state, plan):
+        be, link = get_backend(state.backend), plan.link_of("h0", "h2")
+        assert ping("h1", "h2", 3)[0] == 3
+        for d in ("down", "up"):
+            be.set_link(state, plan, link.id, d, None)
+        cut = (ping("h1", "h2")[0], ping("h2", "h0")[0])
+        other = ping("h1", "h0")[0]
+        for d in ("down", "up"):
+            be.set_link(state, plan, link.id, d, getattr(link, d))
+        healed, rtts = ping("h1", "h2")
+    t = typical(rtts) if rtts else math.nan
+    assert fidelity_row("partition and heal", "cut h0-h2 both ways, then the planned 5 ms back",
+                        f"cut: {cut[0]} of 10 h1>h2 and {cut[1]} of 10 h2>h0 crossed (h1>h0: {other} of 10); "
+                        f"healed: {healed} of 10, RTT lower quartile {t:.1f} ms",
+                        f"cut: 0 crossed, the other link untouched; healed: 10 of 10, RTT 20 ms, {VM_TOLERANCE}",
+                        cut == (0, 0) and other == 10 and healed == 10 and rtts and vm_allows(rtts, 20.0, 4))
+
+
+def test_netem_gilbert_elliott_bursts_and_reordering(tmp_path, state_dir):
+    # One hop, 20 ms each way. h0 -> h1: Gilbert-Elliott p = 5 %, r = 45 % (loss 100 % in the bad state, 0 in the
+    # good): loss pi = p / (p + r) = 10 %, bursts geometric with mean 1/r = 2.22 packets. h1 -> h0: reorder 25 %
+    # (netem sends a quarter at once, the rest after 20 ms). Both flows at once.
+    p, r, reorder = 0.05, 0.45, 0.25
+    exp = ("topology: {kind: tree, nodes: 2, degree: 2}\n"
+           f"links: {{delay: 20ms, down: {{gemodel: {{p: {p}, r: {r}}}}}, up: {{reorder: 25%}}}}\n")
+    n_ge, n_re = 2000, 400
+    with running_lab(exp, tmp_path, shaper="netem") as (state, plan):
+        q = run_in_node(state, "h0", ["tc", "qdisc", "show", "dev", plan.link_of("h0", "h1").parent_if]).stdout
+        assert "loss gemodel" in q, q
+        ge, re_ = lab_timed_flows(state, plan, [("h0", "h1", n_ge, 0.002), ("h1", "h0", n_re, 0.010)])
+    got = {s for s, _ in ge}
+    bursts, run = [], 0
+    for s in range(n_ge):
+        if s in got:
+            if run:
+                bursts.append(run)
+            run = 0
+        else:
+            run += 1
+    if run:
+        bursts.append(run)
+    lost, pi = n_ge - len(got), p / (p + r)
+    # bursts make the count over-dispersed (as the delay line's test): var ~ n pi (1-pi) (1 + 2 (1-p-r)/(p+r))
+    sd = math.sqrt(n_ge * pi * (1 - pi) * (1 + 2 * (1 - p - r) / (p + r)))
+    mean_b = statistics.fmean(bursts) if bursts else 0.0
+    se_b = math.sqrt(1 - r) / r / math.sqrt(max(1, len(bursts)))
+    ok_ge = abs(lost - n_ge * pi) <= 4 * sd and abs(mean_b - 1 / r) <= 4 * se_b
+    # reordered: seen under half the delay (delayed packets never are; an undelayed one is, unless the VM holds
+    # the sender or receiver 10 ms)
+    fast = sum(1 for _, d in re_ if d < 0.010)
+    lo, hi = binomial_interval(n_re, reorder)
+    ok_re = len(re_) == n_re and lo <= fast <= hi and inversions([s for s, _ in re_]) > 0
+    assert fidelity_row("Gilbert-Elliott loss, 1 hop", f"p 5 %, r 45 %: loss {pi:.0%}, mean burst {1 / r:.2f}",
+                        f"{lost} of {n_ge} lost in {len(bursts)} bursts, mean burst {mean_b:.2f}",
+                        f"loss {n_ge * pi:.0f} +- {4 * sd:.0f} (4 sd, over-dispersed); mean burst +- {4 * se_b:.2f} "
+                        "(4 se)", ok_ge)
+    assert fidelity_row("reordering, 1 hop", f"reorder 25 % with 20 ms delay: {n_re * reorder:.0f} of {n_re} sent "
+                        "at once", f"{fast} of {len(re_)} seen under 10 ms, {inversions([s for s, _ in re_])} "
+                        "inversions", f"[{lo}, {hi}], exact binomial 99.9 %", ok_re)
+
+
+GROUP = "multicast: {groups: [{name: data, address: 239.1.0.1, members: all}]}\n"
+
+
+def test_netem_multicast_one_copy_per_tree_link_and_hop_cost(tmp_path, state_dir):
+    # h0 with h1, h2, h3 below it at 30 kbit/s + 5 ms: h1 sends 12 datagrams of 100 B IP to the group. Every member
+    # receives each once; each tree link direction away from the sender carries one copy per datagram (egress
+    # captures), none elsewhere; a hop costs what a unicast hop costs: 2 x (5 ms + 114 B at 30 kbit/s) = 70.8 ms of
+    # round trip per hop (the multicast probe's one-way median, doubled).
+    from orchestrator.mcast.probe import probe_group
+
+    # Copies counted by the probe's egress captures; the delays measured in a second stream without them (a
+    # tcpdump on every link direction competes with the receivers for the VM's CPU: the one-hop median was 6.1 ms
+    # late with them, 2026-11-28), with unicast timed flows of the same size on the same paths beside, for the record.
+    text = "topology: {kind: tree, nodes: 4, degree: 3}\nlinks: {rate: 30kbit, delay: 5ms, queue: 64}\n" + GROUP
+    with running_lab(text, tmp_path, shaper="netem") as (state, plan):
+        popen = lambda node, argv, **kw: get_backend(state.backend).popen(state, node, argv, **kw)  # noqa: E731
+        res = probe_group(plan, popen, "data", count=12, size=72, sender="h1")
+        timed = probe_group(plan, popen, "data", count=20, size=72, sender="h1", capture=False)
+        # one after the other: together they would queue on h1's uplink
+        uni = [lab_timed_flows(state, plan, [("h1", m, 12, 0.05)])[0] for m in ("h0", "h2", "h3")]
+    per = {m: (x["distinct"], x["duplicates"], x["missing"], x["hops"]) for m, x in res["receivers"].items()}
+    delays = {m: (x["hops"], x["median_delay_ms"], x["missing"]) for m, x in timed["receivers"].items()}
+    unicast = {m: statistics.median(d * 1e3 for _, d in f) for m, f in zip(("h0", "h2", "h3"), uni)}
+    copies = {d: (c["copies"], c["expected"]) for d, c in res["links"].items()}
+    one_way = 35.4      # 5 ms + 114 B at 30 kbit/s, per hop
+    ok = (res["problems"] == [] and sorted(per) == ["h0", "h2", "h3"]
+          and all(v[:3] == (12, 0, 0) for v in per.values())
+          and all(c == e for c, e in copies.values()) and sum(1 for _, e in copies.values() if e) == 3
+          and sorted(delays) == ["h0", "h2", "h3"]
+          and all(miss == 0 and one_way * h - 0.5 <= med <= one_way * h * 1.03 + 2.0 * h
+                  for h, med, miss in delays.values()))
+    seen = "; ".join(f"{m}: {per.get(m, (0, 0))[0]} of 12 ({per.get(m, (0, 0))[1]} duplicates), {h} hop(s), "
+                     f"median {med:.1f} ms (unicast {unicast[m]:.1f})" for m, (h, med, _) in sorted(delays.items()))
+    assert fidelity_row("IP multicast through netem links", "4 members, sender h1, 100 B datagrams; 35.4 ms per hop "
+                        "one way", f"{seen}; copies per link direction "
+                        f"{sorted((d, c) for d, (c, _) in copies.items())}", "every member each once; one copy per "
+                        "tree link direction away from the sender, none elsewhere; median -0.5 ms .. +3 % + 2 ms per "
+                        "hop", ok), (res["problems"][:5], per, delays, copies)
+
+
+def test_netem_orchestrator_probe_within_its_tolerance(tmp_path, state_dir):
+    # `orchestrator probe` on a netem lab (h1 - h0 - h2, 30 kbit/s + 5 ms): every RTT probe against its formula
+    # (70.8 ms per hop for its 100-byte pings; vm_allows), and the rate sample within 10 % (the VM's pacing).
+    lab = unique_lab("np")
+    f = tmp_path / "chain.yaml"
+    f.write_text("topology: {kind: tree, nodes: 3, degree: 2}\nlinks: {rate: 30kbit, delay: 5ms, queue: 64}\n")
+    r = cli("up", str(f), "--name", lab, "--shaper", "netem")
+    assert r.returncode == 0, r.stderr
+    try:
+        r = cli("probe", lab, "--links", "2", "--paths", "1", "--count", "8", "--json")
+        assert r.returncode == 0, r.stderr
+    finally:
+        assert cli("teardown", lab).returncode == 0
+        assert lab_namespaces(lab) == []
+    res = json.loads(r.stdout)
+    paths = [(p["hops"], p["emulated_rtt_ms"], p["rtt_ms"]) for p in res["paths"]]
+    rate = res["rate"]["measured_bps"]
+    ok = (res["shaper"] == "netem" and res["sent"] == res["received"] == 24 and len(paths) == 3
+          and all(e == pytest.approx(70.8 * h, rel=1e-3) and vm_allows(ms, e, 2 * h) for h, e, ms in paths)
+          and abs(rate - 30_000) <= 3_000)
+    assert fidelity_row("orchestrator probe on a netem lab", "2 links + 1 two-hop path, 8 pings each; 30 kbit/s",
+                        ", ".join(f"{h} hop(s) {typical(ms):.1f}/{e:.1f} ms" for h, e, ms in paths)
+                        + f" (lower quartile/formula); rate {rate:.0f} bit/s", f"RTT {VM_TOLERANCE}; rate +-10 %",
+                        ok), res

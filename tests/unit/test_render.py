@@ -17,7 +17,8 @@ def test_netem_full():
     # two stages: loss, delay and jitter in the root with no limit; the rate and the queue in its child (netem's
     # limit would count the packets being delayed: render.netem_stages)
     assert shapers.get("netem").tc_lines("h1-eth0", d) == [
-        "qdisc add dev h1-eth0 root handle 1: netem delay 5ms 1ms distribution normal loss random 0.1% limit 100000",
+        "qdisc add dev h1-eth0 root handle 1: netem delay 5ms 1ms distribution normal rate 100gbit loss random 0.1% "
+            "limit 100000",
         "qdisc add dev h1-eth0 parent 1:1 handle 10: netem rate 30000bit limit 64"]
     # a rate alone: one netem, the queue its limit; nothing but delay and loss: one netem, no queue (the model
     # ignores a queue without a rate)
@@ -183,3 +184,19 @@ def test_an_experiment_netem_cannot_render_here_is_refused_before_anything_is_bu
                                         r"\(down\): jitter distribution normal") as e:
         labmod.up(labmod.prepare(f), backend=backend, shaper="netem", experiment_path=str(f))
     assert e.value.exit_code == 2 and backend.calls == [] and labmod.list_labs() == []
+    # a live link action that would set it mid-run is refused the same way, before anything is built
+    f.write_text("name: j\ntopology: {kind: tree, nodes: 3, degree: 2}\nlinks: {delay: 10ms, jitter: 2ms}\n"
+                 "duration: 20s\nschedule:\n"
+                 "  - {at: 12s, action: link, links: [[h0, h1]], set: {jitter_dist: normal}}\n")
+    prep = labmod.prepare(f)
+    assert [w for w, _ in labmod.live_link_params(prep)] == ["the link action at 12 s, link h0-h1 (down)",
+                                                             "the link action at 12 s, link h0-h1 (up)"]
+    with pytest.raises(SpecError, match=r"cannot render 2 link direction\(s\): the link action at 12 s, link h0-h1 "
+                                        r"\(down\): jitter distribution normal") as e:
+        labmod.up(prep, backend=backend, shaper="netem", experiment_path=str(f))
+    assert e.value.exit_code == 2 and backend.calls == [] and labmod.list_labs() == []
+    # uniform jitter set live renders
+    f.write_text(f.read_text().replace("jitter_dist: normal", "jitter: 5ms"))
+    prep = labmod.prepare(f)
+    live = labmod.live_link_params(prep)
+    assert [d.jitter_s for _, d in live] == [0.005, 0.005] and lacking.unrenderable("netem", prep.plan, live) == []
