@@ -30,8 +30,8 @@ def test_netem_full():
 
 def test_netem_gemodel_and_reorder():
     d = DirParams(delay_s=0.01, reorder=0.25, gemodel=GilbertElliott(p=0.01, r=0.3, loss_bad=0.9))
-    assert render.netem_args(d) == ["delay", "10ms", "reorder", "25%", "loss", "gemodel", "1%", "30%", "90%", "0%",
-                                    "limit", str(render.UNBOUNDED_QUEUE)]
+    assert render.netem_stages(d) == (["delay", "10ms", "reorder", "25%", "loss", "gemodel", "1%", "30%", "90%",
+                                       "0%", "limit", str(render.UNBOUNDED_QUEUE)], [])
 
 
 def test_tbf_rate_and_queue_and_statistic_loss():
