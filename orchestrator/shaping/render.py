@@ -27,7 +27,7 @@ def rate_arg(rate_bps: float) -> str:
 # than its range; with a rate, netem schedules each packet no earlier than the one before it (sch_netem.c,
 # netem_enqueue: the last packet's time_to_send is the reference), which is the delay line's FIFO jitter. This
 # nominal rate buys that order and costs 0.12 us per 1500-byte packet (a 300-packet flow 1 ms apart through 25 ms
-# +- 5 ms came through with 0 inversions with it, 131 (uniform) and 142 (normal) without; the VM, 2026-11-28).
+# +- 5 ms came through with 0 inversions with it, 122-142 without, uniform or normal; the VM, 2026-11-28).
 FIFO_RATE = "100gbit"
 
 

@@ -15,8 +15,8 @@ from scipy.stats import binom
 
 from orchestrator.backends.registry import get_backend
 
-from .helpers import (VM_TOLERANCE, cli, fidelity_row, lab_namespaces, lab_timed_flows, quantiles_within_noise,
-                      run_in_node, running_lab, typical, udp_transfer, unique_lab, vm_allows)
+from .helpers import (VM_TOLERANCE, cli, fidelity_row, lab_timed_flows, quantiles_within_noise, run_in_node,
+                      running_lab, typical, udp_transfer, vm_allows)
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.netem]
 
@@ -93,21 +93,39 @@ def inversions(seqs: list[int]) -> int:
     return sum(1 for a, b in zip(seqs, seqs[1:]) if b < a)
 
 
-@pytest.mark.parametrize("dist", ["uniform", "normal"])
-def test_netem_jitter_quantiles_and_fifo(tmp_path, state_dir, dist):
-    # h0 -> h1 delayed 25 ms with jitter 5 ms (uniform: +-5 ms; normal: sd 5 ms), h1 -> h0 25 ms without: that
-    # reference flow, 4x denser over the same seconds, measures the path's own noise (the VM's wake-ups). Packets
-    # 30 ms apart, so FIFO never binds (uniform spans 10 ms; two normal draws differ by 30 ms at 4.2 sigma): the
-    # delay line's test_jitter_spreads_delay_and_keeps_fifo, with its judge. netem is never early (its hrtimer
-    # fires at the drawn time, after the sender's stamp); its normal table is quantised, hence 0.5 ms.
+def test_netem_jitter_quantiles_and_fifo(tmp_path, state_dir):
+    # h0 -> h1 delayed 25 ms with uniform jitter (+-5 ms), h0 -> h2 with normal jitter (sd 5 ms), h1 -> h0 and
+    # h2 -> h0 25 ms without: those reference flows, 4x denser over the same seconds, measure the path's own noise
+    # (the VM's wake-ups). Packets 30 ms apart, so FIFO never binds (uniform spans 10 ms; two normal draws differ by
+    # 30 ms at 4.2 sigma): the delay line's test_jitter_spreads_delay_and_keeps_fifo, with its judge. netem is never
+    # early (its hrtimer fires at the drawn time, after the sender's stamp); its normal table is quantised, hence
+    # 0.5 ms.
     delay, jitter, n = 0.025, 0.005, 200
-    exp = ("topology: {kind: tree, nodes: 2, degree: 2}\n"
-           f"links: {{delay: 25ms, down: {{jitter: 5ms, jitter_dist: {dist}}}}}\n")
+    dists = {"h1": "uniform", "h2": "normal"}
+    exp = ("topology: {kind: tree, nodes: 3, degree: 2}\n"
+           "links: {delay: 25ms, overrides: ["
+           + ", ".join(f"{{link: [h0, {m}], down: {{jitter: 5ms, jitter_dist: {d}}}}}" for m, d in dists.items())
+           + "]}\n")
     with running_lab(exp, tmp_path, shaper="netem") as (state, plan):
-        dev = plan.link_of("h0", "h1").parent_if
-        q = run_in_node(state, "h0", ["tc", "qdisc", "show", "dev", dev]).stdout
-        assert "delay 25ms  5ms" in q or "delay 25ms 5ms" in q, q
-        got, ref = lab_timed_flows(state, plan, [("h0", "h1", n, 0.030), ("h1", "h0", 4 * n, 0.030 / 4)])
+        devs = {m: plan.link_of("h0", m).parent_if for m in dists}
+        for m, dev in devs.items():
+            q = run_in_node(state, "h0", ["tc", "qdisc", "show", "dev", dev]).stdout
+            assert "delay 25ms  5ms" in q or "delay 25ms 5ms" in q, q
+        flows = lab_timed_flows(state, plan, [("h0", "h1", n, 0.030), ("h0", "h2", n, 0.030),
+                                              ("h1", "h0", 4 * n, 0.030 / 4), ("h2", "h0", 4 * n, 0.030 / 4)])
+        measured = {"h1": (flows[0], flows[2]), "h2": (flows[1], flows[3])}
+        # Densely spaced (1 ms, under the jitter's range): netem keeps the order (the root netem's nominal rate,
+        # render.netem_stages), as the delay line does. Then the roots without it, as rendered before, for the record.
+        dense = lab_timed_flows(state, plan, [("h0", m, 300, 0.001) for m in dists])
+        for m, dev in devs.items():
+            root = ["delay", "25ms", "5ms", *(["distribution", "normal"] if dists[m] == "normal" else []),
+                    "limit", "100000"]
+            for line in (["qdisc", "del", "dev", dev, "root"], ["qdisc", "add", "dev", dev, "root", "netem", *root]):
+                assert run_in_node(state, "h0", ["tc", *line]).returncode == 0
+        before = lab_timed_flows(state, plan, [("h0", m, 300, 0.001) for m in dists])
+    bad = {}
+    for m, dist in dists.items():
+        got, ref = measured[m]
         assert len(got) == n and len(ref) == 4 * n
         noise = [d - delay for _, d in ref]
         if dist == "uniform":
@@ -117,42 +135,55 @@ def test_netem_jitter_quantiles_and_fifo(tmp_path, state_dir, dist):
         d = sorted(x[1] for x in got)
         qs = "/".join(f"{d[int(p * (len(d) - 1))] * 1e3:.2f}" for p in (0.1, 0.5, 0.9))
         want = "/".join(f"{ppf(p) * 1e3:.2f}" for p in (0.1, 0.5, 0.9))
-        bad = quantiles_within_noise([x[1] for x in got], noise, ppf, levels, early=0.0005)
-        assert fidelity_row(f"jitter, {dist}, 1 hop one way", f"25 ms, {'+-5 ms' if dist == 'uniform' else 'sd 5 ms'}"
-                            f" (p10/p50/p90 {want} ms)",
-                            f"p10/p50/p90 {qs} ms over {n} packets; reference noise p50 "
-                            f"{statistics.median(noise) * 1e3:.2f} ms",
-                            f"quantiles {', '.join(f'p{p * 100:g}' for p in levels)} within the draw's 4-sigma "
-                            "band + the reference's noise", not bad), bad
-
-        # Densely spaced (1 ms, under the jitter's range): netem keeps the order (the root netem's nominal rate,
-        # render.netem_stages), as the delay line does. Then the root without it, as rendered before, for the record.
-        dense = [s for s, _ in lab_timed_flows(state, plan, [("h0", "h1", 300, 0.001)])[0]]
-        root = ["delay", "25ms", "5ms", *(["distribution", "normal"] if dist == "normal" else []), "limit", "100000"]
-        for line in (["qdisc", "del", "dev", dev, "root"], ["qdisc", "add", "dev", dev, "root", "netem", *root]):
-            assert run_in_node(state, "h0", ["tc", *line]).returncode == 0
-        before = [s for s, _ in lab_timed_flows(state, plan, [("h0", "h1", 300, 0.001)])[0]]
-    print(f"netem {dist} jitter, 300 packets 1 ms apart: {inversions(dense)} inversions; without the root's rate "
-          f"(the rendering before): {inversions(before)}")
-    assert inversions(before) > 0, "the dense flow cannot tell FIFO from reordering"
-    assert fidelity_row(f"jitter, {dist}: order of 300 packets 1 ms apart", "jitter keeps FIFO (as the delay line)",
-                        f"{inversions(dense)} inversions, {len(dense)} delivered (the rendering before: "
-                        f"{inversions(before)} inversions)", "0 inversions, 300 delivered",
-                        inversions(dense) == 0 and len(dense) == 300)
+        bad[m] = quantiles_within_noise([x[1] for x in got], noise, ppf, levels, early=0.0005)
+        fidelity_row(f"jitter, {dist}, 1 hop one way", f"25 ms, {'+-5 ms' if dist == 'uniform' else 'sd 5 ms'} "
+                     f"(p10/p50/p90 {want} ms)", f"p10/p50/p90 {qs} ms over {n} packets; reference noise p50 "
+                     f"{statistics.median(noise) * 1e3:.2f} ms",
+                     f"quantiles {', '.join(f'p{p * 100:g}' for p in levels)} within the draw's 4-sigma band + "
+                     "the reference's noise", not bad[m])
+    order = {}
+    for (m, dist), now, old in zip(dists.items(), dense, before):
+        inv, inv_old = inversions([x[0] for x in now]), inversions([x[0] for x in old])
+        print(f"netem {dist} jitter, 300 packets 1 ms apart: {inv} inversions; without the root's rate (the "
+              f"rendering before): {inv_old}")
+        order[m] = (inv, len(now), inv_old)
+        fidelity_row(f"jitter, {dist}: order of 300 packets 1 ms apart", "jitter keeps FIFO (as the delay line)",
+                     f"{inv} inversions, {len(now)} delivered (the rendering before: {inv_old} inversions)",
+                     "0 inversions, 300 delivered", inv == 0 and len(now) == 300)
+    assert not any(bad.values()), bad
+    assert all(o[2] > 0 for o in order.values()), ("the dense flows cannot tell FIFO from reordering", order)
+    assert all(o[:2] == (0, 300) for o in order.values()), order
 
 
-def test_netem_asymmetric_directions_and_a_subtree_override(tmp_path, state_dir):
+def test_netem_asymmetric_directions_a_subtree_override_partition_and_heal(tmp_path, state_dir):
     # h0 root; h1 (below it h2) under the override: 40 ms both ways; h3, h4: 5 ms down, 15 ms up. Six one-way flows
-    # at once, 40 packets each; each judged against the path's sum (vm_allows).
+    # at once, 40 packets each; each judged against the path's sum (vm_allows). Then the schedule's partition of
+    # h4 (backend.set_link(None) both ways): nothing crosses h0-h4 while h3 - h0 works; the heal (the planned
+    # parameters back): every ping h3 -> h4 crosses, at 5 + 15 ms each way.
     exp = ("topology: {kind: tree, nodes: 5, degree: 3}\n"
            "links: {delay: 5ms, up: {delay: 15ms}, overrides: [{subtree: h1, delay: 40ms}]}\n")
     expected_ms = {("h3", "h0"): 15, ("h0", "h3"): 5, ("h2", "h0"): 80, ("h0", "h2"): 80, ("h2", "h3"): 85,
                    ("h3", "h2"): 95}
+    hops = {("h3", "h0"): 1, ("h0", "h3"): 1, ("h2", "h0"): 2, ("h0", "h2"): 2, ("h2", "h3"): 3, ("h3", "h2"): 3}
+
+    def ping(src, dst, n=10):
+        r = run_in_node(state, src, ["ping", "-c", str(n), "-i", "0.1", "-W", "1", plan.node(dst).address],
+                        timeout=60)
+        return [float(x) for x in re.findall(r"time=([\d.]+) ms", r.stdout)]
+
     with running_lab(exp, tmp_path, shaper="netem") as (state, plan):
         assert [(lk.id, lk.down.delay_s, lk.up.delay_s) for lk in plan.links] == [
             ("h0-h1", 0.04, 0.04), ("h1-h2", 0.04, 0.04), ("h0-h3", 0.005, 0.015), ("h0-h4", 0.005, 0.015)]
         flows = lab_timed_flows(state, plan, [(a, b, 40, 0.05) for a, b in expected_ms])
-    hops = {("h3", "h0"): 1, ("h0", "h3"): 1, ("h2", "h0"): 2, ("h0", "h2"): 2, ("h2", "h3"): 3, ("h3", "h2"): 3}
+        be, link = get_backend(state.backend), plan.link_of("h0", "h4")
+        assert len(ping("h3", "h4", 3)) == 3
+        for d in ("down", "up"):
+            be.set_link(state, plan, link.id, d, None)
+        cut = (len(ping("h3", "h4")), len(ping("h4", "h0")))
+        other = len(ping("h3", "h0"))
+        for d in ("down", "up"):
+            be.set_link(state, plan, link.id, d, getattr(link, d))
+        rtts = ping("h3", "h4")
     bad = []
     seen = []
     for ((a, b), want), got in zip(expected_ms.items(), flows):
@@ -160,38 +191,17 @@ def test_netem_asymmetric_directions_and_a_subtree_override(tmp_path, state_dir)
         seen.append(f"{a}>{b} {typical(ms):.1f}/{want}")
         if len(got) != 40 or not vm_allows(ms, want, hops[a, b]):
             bad.append((a, b, len(got), round(typical(ms), 2), want))
-    assert fidelity_row("asymmetric directions and a subtree override, one way",
-                        "5 ms down / 15 ms up; subtree h1 40 ms both ways; 6 paths of 1-3 hops",
-                        "lower quartile / expected ms: " + ", ".join(seen), VM_TOLERANCE, not bad), bad
-
-
-def test_netem_partition_and_heal(tmp_path, state_dir):
-    # h1 - h0 - h2, 5 ms per hop: cut h0-h2 both ways (the schedule's partition: backend.set_link(None)), nothing
-    # crosses it while h1 - h0 still works; heal (the planned parameters back): every ping crosses, at the planned RTT.
-    exp = "topology: {kind: tree, nodes: 3, degree: 2}\nlinks: {delay: 5ms}\n"
-
-    def ping(src, dst, n=10):
-        r = run_in_node(state, src, ["ping", "-c", str(n), "-i", "0.1", "-W", "1", plan.node(dst).address],
-                        timeout=60)
-        return len(re.findall(r"time=([\d.]+) ms", r.stdout)), [float(x) for x in
-                                                                re.findall(r"time=([\d.]+) ms", r.stdout)]
-
-    with running_lab(exp, tmp_path, shaper="netem") as (state, plan):
-        be, link = get_backend(state.backend), plan.link_of("h0", "h2")
-        assert ping("h1", "h2", 3)[0] == 3
-        for d in ("down", "up"):
-            be.set_link(state, plan, link.id, d, None)
-        cut = (ping("h1", "h2")[0], ping("h2", "h0")[0])
-        other = ping("h1", "h0")[0]
-        for d in ("down", "up"):
-            be.set_link(state, plan, link.id, d, getattr(link, d))
-        healed, rtts = ping("h1", "h2")
+    fidelity_row("asymmetric directions and a subtree override, one way",
+                 "5 ms down / 15 ms up; subtree h1 40 ms both ways; 6 paths of 1-3 hops",
+                 "lower quartile / expected ms: " + ", ".join(seen), VM_TOLERANCE, not bad)
     t = typical(rtts) if rtts else math.nan
-    assert fidelity_row("partition and heal", "cut h0-h2 both ways, then the planned 5 ms back",
-                        f"cut: {cut[0]} of 10 h1>h2 and {cut[1]} of 10 h2>h0 crossed (h1>h0: {other} of 10); "
-                        f"healed: {healed} of 10, RTT lower quartile {t:.1f} ms",
-                        f"cut: 0 crossed, the other link untouched; healed: 10 of 10, RTT 20 ms, {VM_TOLERANCE}",
-                        cut == (0, 0) and other == 10 and healed == 10 and rtts and vm_allows(rtts, 20.0, 4))
+    healed = cut == (0, 0) and other == 10 and len(rtts) == 10 and vm_allows(rtts, 40.0, 4)
+    fidelity_row("partition and heal", "cut h0-h4 both ways, then the planned 5 ms down / 15 ms up back",
+                 f"cut: {cut[0]} of 10 h3>h4 and {cut[1]} of 10 h4>h0 crossed (h3>h0: {other} of 10); "
+                 f"healed: {len(rtts)} of 10, RTT lower quartile {t:.1f} ms",
+                 f"cut: 0 crossed, the other link untouched; healed: 10 of 10, RTT 40 ms, {VM_TOLERANCE}", healed)
+    assert not bad, bad
+    assert healed, (cut, other, rtts)
 
 
 def test_netem_gilbert_elliott_bursts_and_reordering(tmp_path, state_dir):
@@ -240,7 +250,7 @@ def test_netem_gilbert_elliott_bursts_and_reordering(tmp_path, state_dir):
 GROUP = "multicast: {groups: [{name: data, address: 239.1.0.1, members: all}]}\n"
 
 
-def test_netem_multicast_one_copy_per_tree_link_and_hop_cost(tmp_path, state_dir):
+def test_netem_multicast_copies_and_hop_cost_and_orchestrator_probe(tmp_path, state_dir):
     # h0 with h1, h2, h3 below it at 30 kbit/s + 5 ms: h1 sends 12 datagrams of 100 B IP to the group. Every member
     # receives each once; each tree link direction away from the sender carries one copy per datagram (egress
     # captures), none elsewhere; a hop costs what a unicast hop costs: 2 x (5 ms + 114 B at 30 kbit/s) = 70.8 ms of
@@ -257,6 +267,10 @@ def test_netem_multicast_one_copy_per_tree_link_and_hop_cost(tmp_path, state_dir
         timed = probe_group(plan, popen, "data", count=20, size=72, sender="h1", capture=False)
         # one after the other: together they would queue on h1's uplink
         uni = [lab_timed_flows(state, plan, [("h1", m, 12, 0.05)])[0] for m in ("h0", "h2", "h3")]
+        # `orchestrator probe` on this lab, through the CLI: 2 links and a 2-hop path, 8 pings each (70.8 ms of
+        # round trip per hop for its 100-byte pings), and the rate sample
+        r = cli("probe", state.lab, "--links", "2", "--paths", "1", "--count", "8", "--json")
+        assert r.returncode == 0, r.stderr
     per = {m: (x["distinct"], x["duplicates"], x["missing"], x["hops"]) for m, x in res["receivers"].items()}
     delays = {m: (x["hops"], x["median_delay_ms"], x["missing"]) for m, x in timed["receivers"].items()}
     unicast = {m: statistics.median(d * 1e3 for _, d in f) for m, f in zip(("h0", "h2", "h3"), uni)}
@@ -276,28 +290,14 @@ def test_netem_multicast_one_copy_per_tree_link_and_hop_cost(tmp_path, state_dir
                         "tree link direction away from the sender, none elsewhere; median -0.5 ms .. +3 % + 2 ms per "
                         "hop", ok), (res["problems"][:5], per, delays, copies)
 
-
-def test_netem_orchestrator_probe_within_its_tolerance(tmp_path, state_dir):
-    # `orchestrator probe` on a netem lab (h1 - h0 - h2, 30 kbit/s + 5 ms): every RTT probe against its formula
-    # (70.8 ms per hop for its 100-byte pings; vm_allows), and the rate sample within 10 % (the VM's pacing).
-    lab = unique_lab("np")
-    f = tmp_path / "chain.yaml"
-    f.write_text("topology: {kind: tree, nodes: 3, degree: 2}\nlinks: {rate: 30kbit, delay: 5ms, queue: 64}\n")
-    r = cli("up", str(f), "--name", lab, "--shaper", "netem")
-    assert r.returncode == 0, r.stderr
-    try:
-        r = cli("probe", lab, "--links", "2", "--paths", "1", "--count", "8", "--json")
-        assert r.returncode == 0, r.stderr
-    finally:
-        assert cli("teardown", lab).returncode == 0
-        assert lab_namespaces(lab) == []
-    res = json.loads(r.stdout)
-    paths = [(p["hops"], p["emulated_rtt_ms"], p["rtt_ms"]) for p in res["paths"]]
-    rate = res["rate"]["measured_bps"]
-    ok = (res["shaper"] == "netem" and res["sent"] == res["received"] == 24 and len(paths) == 3
+    pr = json.loads(r.stdout)
+    paths = [(p["hops"], p["emulated_rtt_ms"], p["rtt_ms"]) for p in pr["paths"]]
+    rate = pr["rate"]["measured_bps"]
+    ok = (pr["shaper"] == "netem" and pr["sent"] == pr["received"] == 24 and len(paths) == 3
+          and any(h == 2 for h, _, _ in paths)
           and all(e == pytest.approx(70.8 * h, rel=1e-3) and vm_allows(ms, e, 2 * h) for h, e, ms in paths)
           and abs(rate - 30_000) <= 3_000)
     assert fidelity_row("orchestrator probe on a netem lab", "2 links + 1 two-hop path, 8 pings each; 30 kbit/s",
                         ", ".join(f"{h} hop(s) {typical(ms):.1f}/{e:.1f} ms" for h, e, ms in paths)
                         + f" (lower quartile/formula); rate {rate:.0f} bit/s", f"RTT {VM_TOLERANCE}; rate +-10 %",
-                        ok), res
+                        ok), pr
