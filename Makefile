@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets repro-netem vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
 setup: system venv docker-engine
 
 system:
@@ -63,7 +63,7 @@ test-netem: setup
 	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
 	$(NETEM_VM) --setup
 	@mkdir -p docs/results/netem; rm -f docs/results/netem/fidelity.jsonl
-	$(NETEM_VM) --timeout 900 -- env FIDELITY_TABLE=docs/results/netem/fidelity.jsonl $(PY) -m pytest -p no:cacheprovider -m netem -q -s tests/integration/test_netem.py tests/integration/test_netem_fidelity.py 2>&1 | tee docs/results/netem/make-test-netem.log; status=$${PIPESTATUS[0]}; \
+	$(NETEM_VM) --timeout 900 -- env FIDELITY_TABLE=docs/results/netem/fidelity.jsonl $(PY) -m pytest -p no:cacheprovider -m netem -q -s --durations=20 tests/integration/test_netem.py tests/integration/test_netem_fidelity.py 2>&1 | tee docs/results/netem/make-test-netem.log; status=$${PIPESTATUS[0]}; \
 	  $(PY) benchmarks/fidelity_table.py docs/results/netem/fidelity.jsonl --out docs/results/netem/fidelity.md --log docs/results/netem/make-test-netem.log; exit $$status
 
 ORCH := $(VENV)/bin/orchestrator
@@ -319,6 +319,26 @@ repro-budgets: setup
 	    --set members=66 --set p=$$p --set span=61s --set cpu=1.0 --set seed=$$s --dilation auto --out $$d; \
 	  done; done
 	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig12-budget/s*/p*/f1-* --out docs/results/pbcast-fig12-budget
+
+# The same small experiment of each protocol family under netem (in the netem VM, at dilation 5: Python there runs
+# ~20x slower) and under the delay line on this machine (dilation 1; virtual time's transparency on these
+# experiments: docs/virtual-time.md), 3 repetitions each, members packed into one process; the key metrics side by
+# side (docs/netem.md). Resumable: a sweep whose directory exists is skipped. ~40 min in the VM, ~10 here.
+NC := $(REPRO_OUT)/netem-compare
+NC_EXPS := demo:--axis=topology.nodes=16:--axis=duration=40s:--axis=nodes.packing=16 \
+  pbcast-small:--axis=nodes.packing=12 qsm-small:--axis=nodes.packing=24 hyparview-small:--axis=nodes.packing=20
+repro-netem: setup
+	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
+	$(NETEM_VM) --setup
+	@mkdir -p $(NC); for x in $(NC_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ":" " "); \
+	  test -e $(NC)/netem/$$n || echo "$$n $$a"; done > $(NC).todo; mkdir -p $(NC); \
+	if [ -s $(NC).todo ]; then $(NETEM_VM) --timeout 3600 -- bash -c 'while read n a; do \
+	  $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper netem --dilation 5 --no-analyze \
+	    --out $(NC)/netem/$$n || exit 1; done < $(NC).todo'; fi
+	@set -e; for x in $(NC_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ':' ' '); \
+	  test -e $(NC)/delayline/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
+	    --no-analyze --out $(NC)/delayline/$$n; done
+	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* --out docs/results/netem
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
