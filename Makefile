@@ -331,7 +331,7 @@ repro-netem: setup
 	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
 	$(NETEM_VM) --setup
 	@mkdir -p $(NC); for x in $(NC_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ":" " "); \
-	  test -e $(NC)/netem/$$n || echo "$$n $$a"; done > $(NC).todo; mkdir -p $(NC); \
+	  test -e $(NC)/netem/$$n || echo "$$n $$a"; done > $(NC).todo; \
 	if [ -s $(NC).todo ]; then $(NETEM_VM) --timeout 3600 -- bash -c 'while read n a; do \
 	  $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper netem --dilation 5 --no-analyze \
 	    --out $(NC)/netem/$$n || exit 1; done < $(NC).todo'; fi

@@ -27,7 +27,8 @@ def rate_arg(rate_bps: float) -> str:
 # than its range; with a rate, netem schedules each packet no earlier than the one before it (sch_netem.c,
 # netem_enqueue: the last packet's time_to_send is the reference), which is the delay line's FIFO jitter. This
 # nominal rate buys that order and costs 0.12 us per 1500-byte packet (a 300-packet flow 1 ms apart through 25 ms
-# +- 5 ms came through with 0 inversions with it, 122-142 without, uniform or normal; the VM, 2026-11-28).
+# +- 5 ms came through with 0 inversions with it, 122 (uniform) and 129 (normal) without; the VM, 2026-11-28:
+# docs/results/netem/fidelity.md).
 FIFO_RATE = "100gbit"
 
 
@@ -41,8 +42,9 @@ def netem_stages(d: DirParams) -> tuple[list[str], list[str]]:
     behind a queue of `queue_pkts` packets (its count: the packets not yet serialised, the one on the wire
     included, as the link model's). For a constant delay this is the link model exactly (delaying every arrival
     by D and then serialising is serialising and then delaying by D); with jitter the packets reach the queue
-    in their jittered order, which is the order they came in (FIFO_RATE). The child is empty when the root does it all (no rate: no queue, as the model
-    ignores `queue_pkts` then; a rate alone: one netem). Used for live changes too (del + add, never `change`)."""
+    in their jittered order, which is the order they came in (FIFO_RATE). The child is empty when the root does
+    it all (no rate: no queue, as the model ignores `queue_pkts` then; a rate alone: one netem). Used for live
+    changes too (del + add, never `change`)."""
     first: list[str] = []
     if d.delay_s or d.jitter_s:
         first += ["delay", format_time(d.delay_s)]

@@ -252,8 +252,7 @@ def fidelity_row(parameter: str, configured: str, measured: str, tolerance: str,
 
 
 # The VM's timers. netem holds a packet until its time; the VM (QEMU without KVM) fires that timer late, and more so
-# when the host is busy: a one-way traversal of a link measured 0.3-1.0 ms late with one netem stage, round trips
-# through two stages (a rate) 1-2.7 ms per traversal (the medians 3-8 % over the formula, 2026-11-28). So a delay
+# when the host is busy (docs/netem.md: one-way paths 0.9-2.0 ms late in docs/results/netem/fidelity.md). So a delay
 # measured through netem here is judged by its lower quartile (helpers.typical): never under the formula by more
 # than 0.5 ms (the stamps; netem is never early), over it by at most 3 % + 2 ms per link traversal.
 def vm_allows(samples_ms: list[float], expected_ms: float, traversals: int) -> bool:
