@@ -114,6 +114,18 @@ class DelayLineClient:
         return r
 
 
+QUEUE_PROC = "/proc/net/netfilter/nfnetlink_queue"
+
+
+def load_queue_module() -> None:
+    """Load nfnetlink_queue when it is a module not loaded yet (a stock Debian kernel until something binds a
+    queue): the daemon opens each namespace's /proc counters before it binds, and that file exists only once the
+    module is in. A failed modprobe is left to the daemon's own error (which names the missing file)."""
+    if not os.path.exists(QUEUE_PROC):
+        subprocess.run(["modprobe", "nfnetlink_queue"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+
+
 def start_delayline(config_path: str | os.PathLike, rt_priority: int | None = 50, timeout: float = 30.0,
                     log_path: str | os.PathLike | None = None, die_with_parent: bool = True,
                     extra_argv: Sequence[str] = ()) -> subprocess.Popen:
@@ -123,6 +135,7 @@ def start_delayline(config_path: str | os.PathLike, rt_priority: int | None = 50
     config_path = Path(config_path)
     with open(config_path) as f:
         control = json.load(f)["control"]
+    load_queue_module()
     log_path = Path(log_path) if log_path else config_path.with_suffix(".log")
     argv = [sys.executable, "-m", "orchestrator.shaping.delayline", "--config", str(config_path)]
     if rt_priority:
