@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets repro-netem vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
 setup: system venv docker-engine
 
 system:
@@ -338,7 +338,15 @@ repro-netem: setup
 	@set -e; for x in $(NC_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ':' ' '); \
 	  test -e $(NC)/delayline/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
 	    --no-analyze --out $(NC)/delayline/$$n; done
-	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* --out docs/results/netem
+	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(wildcard $(NC)/delayline-n5/*) --out docs/results/netem
+
+# The main table's disagreements apart: the delay line here at the VM's dilation 5 (docs/netem.md), then the table.
+NCI_EXPS := pbcast-small:--axis=nodes.packing=12 qsm-small:--axis=nodes.packing=24
+repro-netem-isolate: setup
+	@set -e; for x in $(NCI_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ':' ' '); \
+	  test -e $(NC)/delayline-n5/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
+	    --dilation 5 --no-analyze --out $(NC)/delayline-n5/$$n; done
+	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(NC)/delayline-n5/* --out docs/results/netem
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all

@@ -5,6 +5,11 @@ runs each protocol family's small experiment 3 times with each shaper; this puts
                                                                  -> DIR/netem_compare.md (from the CSV alone)
     python -m analysis.netem_compare --tables --out DIR          the table again from the committed CSV
 
+The main table compares netem (in the VM, dilation 5) with the delay line at dilation 1, as `make repro-netem` runs
+them. Delay-line runs at another dilation (`make repro-netem-isolate`: the delay line here at the VM's dilation 5)
+are kept out of it and fill a second table that separates the two differences between the sides, the shaper and
+the dilation: per metric netem at N = 5, the delay line at N = 5 and at N = 1, and which pairs agree.
+
 The per-run numbers are the virtual-time check's (analysis.virtual_time.transparency_runs: each protocol's
 run_values from the event logs, the sweep's verdicts and judges), with the shaper each run used (its manifest).
 Agreement is the issue's criterion: the two 95 % confidence intervals overlap; Welch's p is shown beside it.
@@ -25,12 +30,13 @@ SHAPERS = ("netem", "delayline")
 
 
 def compare_runs(sweeps: list[Path], master: str = "local[2]") -> list[dict]:
-    """One row per point of the sweeps, as transparency_runs, with the shaper and the dilation of each run."""
+    """One row per point of the sweeps, as transparency_runs, with the shaper, the dilation and the kernel (which
+    machine: the VM's or the host's) of each run."""
     rows = []
     for root in sweeps:
         for r in transparency_runs([root], master):
             m = _json(root / r["run_dir"] / "manifest.json") if r.get("run_dir") else {}
-            rows.append({"shaper": m.get("shaper"), **r})
+            rows.append({"shaper": m.get("shaper"), **r, "kernel": (m.get("versions") or {}).get("kernel")})
     return rows
 
 
@@ -41,11 +47,96 @@ def overlap(ma, ca, mb, cb) -> bool | None:
     return ma - ca <= mb + cb and mb - cb <= ma + ca
 
 
+def vm_kernels(rows: list[dict]) -> set[str]:
+    """The kernels the netem runs ran on (the VM's): a delay-line run on one of them ran in the VM too."""
+    return {r["kernel"] for r in rows if r.get("shaper") == "netem" and r.get("kernel")}
+
+
+def side(r: dict, vm: set[str] = frozenset()) -> str:
+    """netem; delayline (at dilation 1 on the host: the main table's side); delayline@N on the host, and
+    delayline@N (VM) in the netem VM (its kernel one of `vm`): the isolation table's sides."""
+    if r.get("shaper") != "delayline":
+        return r.get("shaper") or ""
+    n = number(r.get("dilation"))
+    in_vm = bool(r.get("kernel")) and r["kernel"] in vm
+    if n in (None, 1) and not in_vm:
+        return "delayline"
+    return f"delayline@{fmt(n)}" + (" (VM)" if in_vm else "")
+
+
+def verdict_of(a: list[float], b: list[float]) -> str:
+    """yes / **no** (the 95 % intervals overlap or not), yes (identical) for equal constants, – without intervals."""
+    (ma, ca), (mb, cb) = mean_ci(a), mean_ci(b)
+    o = overlap(ma, ca, mb, cb)
+    if o is None and a and b and max(a) == min(a) == max(b) == min(b):
+        return "yes (identical)"
+    return "–" if o is None else "yes" if o else "**no**"
+
+
+def _chain(labels: set[str]) -> list[str]:
+    """netem, the delay line in the VM, on the host at a dilation, at dilation 1: one factor changes per step."""
+    vm = sorted(x for x in labels if x.endswith("(VM)"))
+    host = sorted(x for x in labels if x.startswith("delayline@") and not x.endswith("(VM)"))
+    return ["netem", *vm, *host, "delayline"]
+
+
+def _step(a: str, b: str, n: dict[str, float | None]) -> str:
+    """What differs between two neighbouring sides of the chain (netem runs in the VM; `n`: each side's dilation)."""
+    parts = ["shaper"] if a == "netem" else []
+    if (a == "netem" or a.endswith("(VM)")) and not (b == "netem" or b.endswith("(VM)")):
+        parts.append("machine")
+    if n.get(a) != n.get(b):
+        parts.append("dilation")
+    return " + ".join(parts) or "none"
+
+
+def isolation_table(rows: list[dict]) -> str:
+    """The experiments with delay-line runs beside the main table's two sides (the delay line at the netem runs'
+    dilation, on the host and in the VM): each key metric along the chain netem (VM, N = 5) -> delay line in the VM
+    (N = 5) -> delay line on the host (N = 5) -> delay line on the host (N = 1), one factor changing per step (the
+    shaper, the machine, the dilation), and whether each step's two sides agree. A main-table disagreement is
+    isolated when exactly one step disagrees: that step's factor is its cause."""
+    rows = [r for r in rows if not r.get("excluded")]
+    vm = vm_kernels(rows)
+    labels = {side(r, vm) for r in rows}
+    extra = sorted(x for x in labels if x.startswith("delayline@"))
+    if not extra:
+        return ""
+    chain = [x for x in _chain(labels) if x in labels]
+    steps = list(zip(chain, chain[1:]))
+    n = {sd: max((number(r.get("dilation")) or 1.0 for r in rows if side(r, vm) == sd), default=None) for sd in chain}
+    exps = sorted({r["experiment"] for r in rows if side(r, vm) in extra})
+    out = ["", "The main table's two sides apart (issue #37's isolating runs; mean ± 95 % CI (runs); a step agrees "
+           "when its two sides' intervals overlap):", "",
+           "| experiment | metric | " + " | ".join(chain) + " | " +
+           " | ".join(f"{a} -> {b} ({_step(a, b, n)})" for a, b in steps) + " | cause of a main-table disagreement |",
+           "|---|---|" + "---|" * (len(chain) + len(steps) + 1)]
+    for exp in exps:
+        rs = [r for r in rows if r["experiment"] == exp]
+        protocol = next((r["protocol"] for r in rs if r.get("protocol")), "")
+        for k in (*KEY_METRICS.get(protocol, ()), *COMMON):
+            v = {sd: [x for r in rs if side(r, vm) == sd and (x := number(r.get(k))) is not None] for sd in chain}
+            if not any(v.values()):
+                continue
+            ok = [verdict_of(v[a], v[b]) for a, b in steps]
+            cause = ""
+            if verdict_of(v["netem"], v["delayline"]) == "**no**":
+                bad = [_step(a, b, n) for (a, b), o in zip(steps, ok) if o == "**no**"]
+                cause = (f"the {bad[0]}" if len(bad) == 1 and all(o != "–" for o in ok) else
+                         "not isolated (no single step differs)" if not bad else
+                         "not isolated (" + ", ".join(bad) + " differ)")
+            cells = " | ".join(f"{fmt(m)} ± {fmt(c)} ({len(v[sd])})" for sd in chain for m, c in [mean_ci(v[sd])])
+            out.append(f"| {exp} | {k} | {cells} | " + " | ".join(ok) + f" | {cause} |")
+    return "\n".join(out) + "\n"
+
+
 def compare_table(rows: list[dict]) -> str:
+    iso_rows, vm = rows, vm_kernels(rows)
+    rows = [r for r in rows if side(r, vm) in SHAPERS]
     out = ["| experiment | metric | netem (VM): mean ± 95 % CI (runs) | delay line: mean ± 95 % CI (runs) | "
            "difference | Welch p | CIs overlap |", "|---|---|---|---|---|---|---|"]
     agree = total = 0
-    excluded = [r for r in rows if r.get("excluded")]
+    excluded = [r for r in iso_rows if r.get("excluded")]
     for exp in sorted({r["experiment"] for r in rows}):
         rs = [r for r in rows if r["experiment"] == exp and not r.get("excluded")]
         protocol = next((r["protocol"] for r in rs if r.get("protocol")), "")
@@ -68,17 +159,17 @@ def compare_table(rows: list[dict]) -> str:
     out += ["", f"{agree} of {total} metrics agree (the 95 % confidence intervals overlap); difference = netem minus "
             "delay line; – : no interval on a side (fewer than 2 runs, or the metric undefined)."]
     out += ["", "Runs per experiment and shaper: dilation, and the run judges' verdicts (faithful or not):", ""]
-    for exp in sorted({r["experiment"] for r in rows}):
-        for sh in SHAPERS:
-            rs = [r for r in rows if r["experiment"] == exp and r["shaper"] == sh and not r.get("excluded")]
+    for exp in sorted({r["experiment"] for r in iso_rows}):
+        for sh in (*SHAPERS, *sorted({side(r, vm) for r in iso_rows} - set(SHAPERS))):
+            rs = [r for r in iso_rows if r["experiment"] == exp and side(r, vm) == sh and not r.get("excluded")]
             if rs:
                 ns = sorted({fmt(number(r["dilation"])) for r in rs})
                 faithful = sum(1 for r in rs if r.get("verdict") == "faithful")
                 out.append(f"- {exp}, {sh}: {len(rs)} runs at dilation {', '.join(ns)}, {faithful} faithful")
     if excluded:
         out += ["", "Runs left out of the means (kept in the CSV):", ""]
-        out += [f"- {r['experiment']} ({r['shaper']}), {r['point']}: {r['excluded']}" for r in excluded]
-    return "\n".join(out) + "\n"
+        out += [f"- {r['experiment']} ({side(r, vm)}), {r['point']}: {r['excluded']}" for r in excluded]
+    return "\n".join(out) + "\n" + isolation_table(iso_rows)
 
 
 def main(argv: list[str] | None = None) -> int:
