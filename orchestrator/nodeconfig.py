@@ -72,7 +72,7 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
         }
         groups = [{"name": g["name"], "address": g["address"], "port": g["port"], "ttl": g["ttl"],
                    "send_if": g["send_if"], "join_ifs": g["join_ifs"], "source": g["source"],
-                   "may_send": g["sender"]} for g in member_endpoints(plan, m.name)]
+                   "may_send": g["sender"], "receive": g["receive"]} for g in member_endpoints(plan, m.name)]
         if groups:
             cfg["multicast"] = groups
         try:

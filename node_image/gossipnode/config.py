@@ -74,6 +74,8 @@ class MulticastGroup(Strict):
     source: str | None = Field(default=None, description="address to send from (the multicast routes are keyed "
                                                           "on the member's address); None: the kernel's choice")
     may_send: bool = Field(default=True, description="the group's routes carry this member's packets")
+    receive: bool = Field(default=True, description="join the group; false: a send-only sender (the group's "
+                                                    "routes deliver nothing to it)")
 
     @field_validator("address")
     @classmethod

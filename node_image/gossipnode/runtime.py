@@ -92,9 +92,9 @@ def _mreqn(group: str, ifname: str | None) -> bytes:
 
 def multicast_sockets(group: MulticastGroup) -> tuple[socket.socket, socket.socket]:
     """(receiving, sending) UDP sockets of a group. The receiving one is bound to (group address, port) and joined
-    on `join_ifs`; the sending one is bound to the member's `source` address (the multicast routes are keyed on
-    it) and sends on `send_if` with the group's TTL, loopback on (the kernel forwards a member's own packet from
-    its looped-back copy)."""
+    on `join_ifs` (not at all by a send-only sender, `receive` false); the sending one is bound to the member's
+    `source` address (the multicast routes are keyed on it) and sends on `send_if` with the group's TTL, loopback
+    on (the kernel forwards a member's own packet from its looped-back copy)."""
     recv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         send = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -105,7 +105,7 @@ def multicast_sockets(group: MulticastGroup) -> tuple[socket.socket, socket.sock
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
         recv.bind((group.address, group.port))
-        for ifname in group.join_ifs or [None]:
+        for ifname in (group.join_ifs or [None]) if group.receive else []:
             recv.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreqn(group.address, ifname))
         send.bind((group.source or "0.0.0.0", 0))
         if group.send_if:

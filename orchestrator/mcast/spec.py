@@ -4,6 +4,7 @@
       groups:
         - {name: data, address: 239.1.0.1, members: all}              # port 7001, every member may send
         - {name: ctl, address: 239.1.0.2, members: [h1, h5], port: 7100, senders: [h1]}
+        - {name: feed, address: 239.1.0.3, members: [h2, h3], senders: [h9]}   # h9 sends only
 
 Member names are checked against the plan (orchestrator.mcast.tree), which knows them.
 """
@@ -31,8 +32,9 @@ class GroupSpec(Strict):
     name: str
     address: str
     members: Literal["all"] | list[str] = "all"
-    # Who may send to the group: a sender's node gets a (self,G) route; others' packets are only delivered to
-    # themselves (the kernel does not forward them).
+    # Who may send to the group (`all`: its members): a sender's node gets a (self,G) route; others' packets are
+    # only delivered to themselves (the kernel does not forward them). A sender outside `members` sends only: it is
+    # on the group's tree but receives nothing (QSM's senders into regions they do not belong to).
     senders: Literal["all"] | list[str] = "all"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
 
@@ -68,14 +70,6 @@ class GroupSpec(Strict):
             if dup:
                 raise ValueError(f"{dup} listed twice")
         return v
-
-    @model_validator(mode="after")
-    def _senders_are_members(self) -> "GroupSpec":
-        if isinstance(self.senders, list) and isinstance(self.members, list):
-            extra = [s for s in self.senders if s not in self.members]
-            if extra:
-                raise ValueError(f"senders {extra} are not members of group {self.name!r}")
-        return self
 
 
 class MulticastSpec(Strict):

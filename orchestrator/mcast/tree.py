@@ -43,7 +43,7 @@ class Group:
     port: int
     ttl: int                    # the senders' TTL: the tree's diameter in hops + 2 (the last hop is into mc0)
     members: tuple[str, ...]    # pre-order
-    senders: tuple[str, ...]    # pre-order; each gets an (S,G) route on every tree node
+    senders: tuple[str, ...]    # pre-order; each gets an (S,G) route; those outside `members` only send
     nodes: tuple[str, ...]      # the tree's nodes, pre-order (members and the routers between them)
     links: tuple[str, ...]      # the tree's link ids, in plan order
 
@@ -137,20 +137,20 @@ def build_groups(spec: "MulticastSpec | None", plan: "NetworkPlan") -> list[Grou
     groups = []
     for k, g in enumerate(spec.groups):
         members = _names(plan, g.members, f"multicast.groups[{k}].members")
-        senders = _names(plan, g.senders, f"multicast.groups[{k}].senders")
-        extra = [s for s in senders if s not in members]
-        if extra:
-            raise PlanError(f"multicast.groups[{k}].senders: {extra} are not members of group {g.name!r}")
-        links = steiner_links(plan, members)
-        on = {members[0]}
-        adj: dict[str, list[str]] = {members[0]: []}
+        # `all` senders: every member of the group; listed senders outside the members send only (on the tree,
+        # with a (self,G) route and mc0 to send from, never receiving the group's packets)
+        senders = members if g.senders == "all" else _names(plan, g.senders, f"multicast.groups[{k}].senders")
+        ends = sorted({*members, *senders}, key=lambda x: plan.node(x).index)
+        links = steiner_links(plan, ends)
+        on = {ends[0]}
+        adj: dict[str, list[str]] = {ends[0]: []}
         for lid in links:
             lk = _link(plan, lid)
             on |= {lk.parent, lk.child}
             adj.setdefault(lk.parent, []).append(lk.child)
             adj.setdefault(lk.child, []).append(lk.parent)
         nodes = sorted(on, key=lambda x: plan.node(x).index)
-        groups.append(Group(name=g.name, address=g.address, port=g.port, ttl=_diameter(adj, members[0]) + 2,
+        groups.append(Group(name=g.name, address=g.address, port=g.port, ttl=_diameter(adj, ends[0]) + 2,
                             members=tuple(members), senders=tuple(senders), nodes=tuple(nodes),
                             links=tuple(links)))
     for n in plan.nodes:
@@ -177,8 +177,8 @@ def tree_ifs(plan: "NetworkPlan", group: Group, node: str) -> list[str]:
 
 
 def is_local_member(plan: "NetworkPlan", node: str, groups: list[Group] | None = None) -> bool:
-    """Does `node` need mc0 (is it a member of some group)?"""
-    return any(node in g.members for g in (plan.groups if groups is None else groups))
+    """Does `node` need mc0 (is it a member of some group, or a send-only sender to one)?"""
+    return any(node in g.members or node in g.senders for g in (plan.groups if groups is None else groups))
 
 
 def vifs(plan: "NetworkPlan", node: str, groups: list[Group] | None = None) -> list[str]:
@@ -244,7 +244,7 @@ def mfc_entries(plan: "NetworkPlan", node: str) -> list[MfcEntry]:
         if not ifs:
             continue
         local = node in g.members
-        if local and node in g.senders:
+        if node in g.senders:
             out.append(MfcEntry(group=g.address, origin=plan.node(node).address, iif=SEND_IF, oifs=tuple(ifs)))
         out.append(MfcEntry(group=g.address, origin=ANY, iif=parent, oifs=tuple(ifs + ([SEND_IF] if local else []))))
     out.append(MfcEntry(group=ANY, origin=ANY, iif=parent, oifs=tuple(links)))
@@ -276,13 +276,17 @@ def member_endpoints(plan: "NetworkPlan", member_name: str) -> list[dict]:
       would deliver duplicates.
     - `source`: the member's own address; bind the sending socket to it (the (S,G) routes are keyed on it).
     - `sender`: whether the member may send (the group's `senders`); packets from others are not routed.
+    - `receive`: false for a send-only sender (a sender outside the group's members): it joins nothing
+      (`join_ifs` empty) and its mc0 is not among the group's outgoing interfaces, so nothing is delivered to it.
     """
     node = plan.node(member_name)
     out = []
     for g in plan.groups:
-        if member_name in g.members:
+        if member_name in g.members or member_name in g.senders:
+            receive = member_name in g.members
             out.append({"name": g.name, "address": g.address, "port": g.port, "ttl": g.ttl, "send_if": SEND_IF,
-                        "join_ifs": [SEND_IF], "source": node.address, "sender": member_name in g.senders})
+                        "join_ifs": [SEND_IF] if receive else [], "source": node.address,
+                        "sender": member_name in g.senders, "receive": receive})
     return out
 
 

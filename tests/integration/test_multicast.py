@@ -99,7 +99,8 @@ def test_sparse_tree_routers_forward_and_nothing_leaks(tmp_path, state_dir):
     text = ("topology: {kind: tree, nodes: 40, degree: 3, members: {count: 7, seed: 2}}\n"
             "links: {rate: 10mbit, delay: 1ms, queue: 1000}\n"
             "multicast:\n  groups:\n    - {name: data, address: 239.1.0.1, members: all}\n"
-            "    - {name: few, address: 239.9.9.9, members: [h5, h38], senders: [h38], port: 7100}\n")
+            "    - {name: few, address: 239.9.9.9, members: [h5, h38], senders: [h38], port: 7100}\n"
+            "    - {name: feed, address: 239.9.9.10, members: [h5, h38], senders: [h3], port: 7101}\n")
     with running_lab(text, tmp_path, shaper="delayline") as (state, plan):
         group = plan.groups[0]
         routers = [n for n in group.nodes if plan.node(n).role == "router"]
@@ -113,6 +114,13 @@ def test_sparse_tree_routers_forward_and_nothing_leaks(tmp_path, state_dir):
         few = probe_group(plan, popen_in(state), "few", count=50)
         assert few["ok"], few["problems"]
         assert list(few["receivers"]) == ["h5"] and few["receivers"]["h5"]["distinct"] == 50
+        # A send-only sender (h3, not a member of feed): every member receives each packet once, one copy per
+        # tree link (probe_group checks the copies per link direction against the plan's tree).
+        feed = probe_group(plan, popen_in(state), "feed", count=50, sender="h3")
+        assert feed["ok"], feed["problems"]
+        assert sorted(feed["receivers"]) == ["h38", "h5"]
+        assert all(r["distinct"] == 50 and r["duplicates"] == 0 for r in feed["receivers"].values())
+        assert sum(c["copies"] for c in feed["links"].values()) == 50 * len(plan.groups[2].links)
         # The kernel holds exactly the plan's routes in every namespace of a tree.
         for n in group.nodes:
             assert live["nodes"][n]["mfc"] == len(mfc_entries(plan, n)), n

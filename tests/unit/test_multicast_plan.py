@@ -164,9 +164,37 @@ def test_subset_groups_senders_and_ports():
     ep = member_endpoints(plan, "h21")
     assert [e["name"] for e in ep] == ["a", "b"]
     assert ep[1] == {"name": "b", "address": "239.2.0.9", "port": 7100, "ttl": b.ttl, "send_if": "mc0",
-                     "join_ifs": ["mc0"], "source": plan.node("h21").address, "sender": True}
+                     "join_ifs": ["mc0"], "source": plan.node("h21").address, "sender": True, "receive": True}
     assert member_endpoints(plan, "h5")[1]["sender"] is False
     assert [e["name"] for e in member_endpoints(plan, "h1")] == ["a"]
+
+
+def test_send_only_senders_are_on_the_tree_and_receive_nothing():
+    """A sender outside the group's members (QSM's sender into a region it is not in): the tree spans it, it has
+    mc0 and a (self,G) route, its packets reach every member once; the group's packets, its own and the other
+    senders', are delivered to no send-only sender. `senders` left out means the group's members, not everyone."""
+    text = ("topology: {kind: tree, nodes: 40, degree: 4}\nmulticast:\n  groups:\n"
+            "    - {name: r, address: 239.3.0.1, members: [h5, h21], senders: [h5, h39, h2]}\n"
+            "    - {name: s, address: 239.3.0.2, members: [h5, h21]}\n")
+    plan = plan_of(text)
+    r, s = plan.groups
+    assert r.members == ("h5", "h21") and r.senders == ("h2", "h5", "h39")
+    assert s.senders == ("h5", "h21")
+    assert {"h2", "h39"} <= set(r.nodes)
+    ref = reference_tree(plan, ["h2", "h5", "h21", "h39"])
+    assert {tuple(sorted(lid.split("-"))) for lid in r.links} == {tuple(sorted(e)) for e in ref.edges}
+    for sender in r.senders:
+        copies, delivered = simulate(plan, r, sender)
+        assert delivered == {m: 1 for m in ("h5", "h21") if m != sender}, sender
+        assert copies == expected_copies(plan, r, sender)
+    for n in ("h2", "h39"):
+        assert SEND_IF in vifs(plan, n) and ip_lines(plan, n)
+        entries = [e for e in mfc_entries(plan, n) if e.group == r.address]
+        assert any(e.origin == plan.node(n).address and e.iif == SEND_IF for e in entries)
+        assert all(SEND_IF not in e.oifs for e in entries)            # nothing delivered to it
+    (ep,) = member_endpoints(plan, "h39")
+    assert ep["sender"] is True and ep["receive"] is False and ep["join_ifs"] == []
+    assert member_endpoints(plan, "h5")[0]["receive"] is True
 
 
 def test_plans_without_groups_are_unchanged_byte_for_byte():
@@ -193,7 +221,7 @@ def test_plan_with_groups_round_trips_and_is_deterministic():
     ("{name: d, address: 239.1.0.300}", "multicast.groups[0].address: '239.1.0.300' is not an IPv4 address"),
     ("{name: d, address: 239.1.0.1, port: 0}", "multicast.groups[0].port: Input should be greater"),
     ("{name: d, address: 239.1.0.1, members: []}", "multicast.groups[0].members: an empty list"),
-    ("{name: d, address: 239.1.0.1, members: [h1], senders: [h2]}", "senders ['h2'] are not members"),
+    ("{name: d, address: 239.1.0.1, members: [h1], senders: [h2, h2]}", "senders: ['h2'] listed twice"),
     ("{name: D!, address: 239.1.0.1}", "multicast.groups[0].name: group name 'D!' is invalid"),
     ("{name: d, address: 239.1.0.1, color: red}", "multicast.groups[0].color: unknown key"),
 ])
