@@ -244,13 +244,13 @@ def _qsm_header(m: _Msgs):
     return raw, m.of(1, 2, 3), raw, m.of(4, 7), _no(m)
 
 
-_TOKEN_ENTRY = 20
+_TOKEN_ENTRY = 28   # qsm's wire.ENTRY: origin u16, six u32 (cutoff ... cstable), npn u8, nprev u8
 
 
 def _qsm_valid(m: _Msgs) -> np.ndarray:
     t, n = m.t, m.n
     ok = m.of(1, 2, 3) & (n >= 13) & (m.u32(1) != 0) & (m.u32(8) != 0)
-    ok |= (t == 7) & (n == 20)                                    # ACK: 5 + 15
+    ok |= (t == 7) & (n == 24)                                    # ACK: 5 + 19
     for typ, cnt_at, start in ((5, 7, 8), (6, 8, 9)):          # PULL, NAK
         sel = (t == typ) & (n >= start)
         if sel.any():
@@ -267,7 +267,7 @@ def _qsm_valid(m: _Msgs) -> np.ndarray:
             good &= ~act | (n >= off + _TOKEN_ENTRY)
             act &= good
             end = off + _TOKEN_ENTRY
-            for at in (18, 19):                                   # npn ranges, then nprev ranges
+            for at in (_TOKEN_ENTRY - 2, _TOKEN_ENTRY - 1):       # npn ranges, then nprev ranges
                 cnt = np.where(act, m.u8(off + at), 0)
                 good &= ~act | (n >= end + 8 * cnt)
                 act &= good

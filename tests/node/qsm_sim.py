@@ -4,6 +4,9 @@ Every message goes through `wire.encode`/`wire.decode`. UDP and IP multicast cop
 probability `loss` and otherwise delivered after a random latency; a multicast reaches every other member whose
 config lists the group. TCP streams (`Output.stream`: the token, push, pull, NAK, ACK) are reliable and in order
 per pair of members, after the same latency. All randomness comes from the seed.
+
+`drop(src, dst, msg)`, if set, loses the UDP/multicast copies it returns True for (hand-worked tests); `after(sim)`,
+if set, runs after every delivered message and timer (to check an invariant at every step).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import heapq
 import itertools
 import random
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gossipnode import wire
@@ -71,6 +74,8 @@ class Sim:
         self.events: list[tuple[int, Event]] = []
         self.sent: Counter[str] = Counter()
         self.lost: Counter[str] = Counter()
+        self.drop: Callable[[int, int, Any], bool] | None = None
+        self.after: Callable[[Sim], None] | None = None
         for i, node in self.nodes.items():
             self._emit(i, node.startup)
             self._timer(i)
@@ -96,7 +101,7 @@ class Sim:
             self.sent[f"mcast:{msg.type.name}"] += 1
             for dst in self.mgroups[group]:
                 if dst != i:
-                    self._deliver_lossy(i, dst, pkt, "mcast")
+                    self._deliver_lossy(i, dst, msg, pkt, "mcast")
         for dst, msg in out.stream:
             pkt = wire.encode(msg)
             self.sent[f"tcp:{msg.type.name}"] += 1
@@ -107,10 +112,10 @@ class Sim:
     def _datagram(self, i: int, dst: int, msg: Any, via: str) -> None:
         pkt = wire.encode(msg)
         self.sent[f"{via}:{msg.type.name}"] += 1
-        self._deliver_lossy(i, dst, pkt, via)
+        self._deliver_lossy(i, dst, msg, pkt, via)
 
-    def _deliver_lossy(self, i: int, dst: int, pkt: bytes, via: str) -> None:
-        if self.rng.random() < self.loss:
+    def _deliver_lossy(self, i: int, dst: int, msg: Any, pkt: bytes, via: str) -> None:
+        if self.rng.random() < self.loss or (self.drop is not None and self.drop(i, dst, msg)):
             self.lost[via] += 1
             return
         self._push(self.now + self._lat(), "msg", (dst, pkt, via))
@@ -132,6 +137,8 @@ class Sim:
                 out = node.receive(wire.decode(pkt), at, via)
             self._emit(i, out)
             self._timer(i)
+            if self.after is not None:
+                self.after(self)
         self.now = t
 
     def control(self, i: int, active: bool) -> None:

@@ -11,11 +11,11 @@ MESSAGES = [
     Data(1, 0, 5, 1, 0, 3, b"payload"),
     Data(4, 2, 9, 1, 1, 7, b"", MsgType.RETRANS),
     Data(4, 2, 9, 1, 1, 7, b"x", MsgType.FORWARD, 1),
-    Token(2, 1, 7, 0, 1234, [Entry(1, 2, 3, 4, 5, ((1, 2),), ((3, 3), (5, 6))), Entry(9)]),
+    Token(2, 1, 7, 0, 1234, [Entry(1, 2, 3, 4, 5, ((1, 2),), ((3, 3), (5, 6)), 3, 5), Entry(9)]),
     Token(2, 1, 8, 2),
     Pull(1, 0, 2, ((1, 4), (9, 9))),
     Nak(1, 0, 2, 1, ((1, 1),)),
-    Ack(1, 0, 3, 2, 9, 10, 500, 1),
+    Ack(1, 0, 3, 2, 9, 10, 500, 1, 10),
 ]
 
 
@@ -46,6 +46,19 @@ def test_truncated_and_padded_packets_are_decode_errors(msg):
             continue    # a shorter payload is still a well-formed DATA
         with pytest.raises(wire.DecodeError):
             wire.decode(bad)
+
+
+def test_token_entry_and_ack_carry_the_caching_stable_prefixes():
+    # an entry: origin u16, cutoff, purge, replicated, max_seen, stable, cstable u32, npn, nprev u8 = 28 bytes
+    tok = MESSAGES[3]
+    assert len(wire.encode(tok)) == wire.ENVELOPE_SIZE + 5 + 6 + 2 * 28 + 8 * 3
+    back = wire.decode(wire.encode(tok)).entries[0]
+    assert (back.replicated, back.cstable, back.stable) == (3, 5, 5)
+    assert wire.decode(wire.encode(tok)).entries[1].cstable == 0xFFFFFFFF
+    # ACK: origin u16, stable, cached, max_seen, rate u32, m u8 = 19 bytes after the 5-byte header
+    ack = wire.decode(wire.encode(MESSAGES[-1]))
+    assert (ack.stable, ack.cached, ack.max_seen) == (9, 10, 10)
+    assert len(wire.encode(MESSAGES[-1])) == wire.ENVELOPE_SIZE + 5 + 19
 
 
 def test_bad_ranges_and_zero_seq():

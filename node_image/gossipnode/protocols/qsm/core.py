@@ -7,10 +7,14 @@ and from the last partition's leader home. At each visit a node, for every origi
 drops cached packets up to `purge` (stable in the region last round), computes its NAK set (missing packets up to
 `cutoff`, the largest seen in the region last round, cached by its partition), compares it with the predecessor's
 (push what the predecessor lacks, pull in one request what it lacks itself), intersects it into the partition's
-collective NAK, pulls packets cached by other partitions from their leaders, and folds its largest seen packet,
-its contiguous prefix and its receive rate into the token. A partition leader that gets the token back sends the
-partition's collective NAK to the origin; the region leader, when the token is home, sends each origin the
-collective ACK (the region's stable prefix) with μ_rec = min μ_rec^(i) / m. Control traffic (token, push, pull,
+collective NAK, pulls packets cached by other partitions from their leaders once they are stable at their caching
+replicas (up to `replicated`, last round's caching-stable prefix; later ones wait: §2.3.3), and folds its largest
+seen packet, its contiguous prefix, its caching prefix (`membership.caching_prefix`) and its receive rate into the
+token. A partition leader that gets the token back sends the partition's collective NAK to the origin; the region
+leader, when the token is home, sends each origin the collective ACK: the region's stable prefix and the
+caching-stable prefix (the sender frees its buffer up to the latter: "The sender considers a message to have been
+delivered (and stops buffering it) once it has been acknowledged by all caching replicas", §2.3) with
+μ_rec = min μ_rec^(i) / m. Control traffic (token, push, pull,
 NAK, ACK) goes over the runtime's TCP streams (the paper's "TCP-like reliable unicast"); data by IP multicast
 per region (or UDP fan-out).
 """
@@ -25,7 +29,8 @@ from gossipnode.protocols.base import BadMessage, Core, Output, seeded_rng
 from gossipnode.workload import Receipts
 
 from .membership import (
-    MovingRate, Ranges, Region, count, expand, intersect, merge_naks, normalise, receiver_share, sender_rate,
+    MovingRate, Region, caching_prefix, count, expand, intersect, merge_naks, normalise, receiver_share,
+    sender_rate,
 )
 from .wire import MIN_DATA_SIZE, NO_RATE, Ack, Data, Entry, MsgType, Nak, Pull, Token
 
@@ -56,6 +61,7 @@ class QsmNode(Core):
         self.max_seen = {o: 0 for o in self.origins}
         self.cutoff = {o: 0 for o in self.origins}
         self.purged = {o: 0 for o in self.origins}
+        self.replicated = {o: 0 for o in self.origins}   # stable at the caching replicas (the token's, last round)
         self.cache: dict[int, dict[int, tuple[int, int, bytes]]] = {o: {} for o in self.origins}
         self.missing_since: dict[int, dict[int, float]] = {o: {} for o in self.origins}
         self.rate: MovingRate | None = None     # μ_rec^(i): sampled from the first packet on (undefined before)
@@ -66,6 +72,7 @@ class QsmNode(Core):
         self.next_token = now + p.token_interval_s if self.is_rleader else math.inf
         self.next_cutoff = {o: 0 for o in self.origins}
         self.next_purge = {o: 0 for o in self.origins}
+        self.next_replicated = {o: 0 for o in self.origins}
         self.prev_max = {o: 0 for o in self.origins}
         # sender
         wl = cfg.workload
@@ -185,7 +192,9 @@ class QsmNode(Core):
         if not self.sender or ridx not in self.buffer:
             raise BadMessage(f"ACK for region {ridx}, which this member does not send to")
         buf = self.buffer[ridx]
-        stable = min(ack.stable, self.rseq[ridx])
+        # §2.3: "The sender considers a message to have been delivered (and stops buffering it) once it has been
+        # acknowledged by all caching replicas"; the region leader's ACK carries that prefix (`cached`)
+        stable = min(ack.cached, self.rseq[ridx])
         lat = []
         for s in range(self.acked[ridx] + 1, stable + 1):
             held = buf.pop(s, None)
@@ -193,8 +202,8 @@ class QsmNode(Core):
                 lat.append(now - held[3])
         self.acked[ridx] = max(self.acked[ridx], stable)
         out.log(now, "ack_received", region=self.ms.regions[ridx].name, round=ack.round, stable=ack.stable,
-                max_seen=ack.max_seen, acked=len(lat), latency_sum=sum(lat), latency_max=max(lat, default=None),
-                held=len(buf), **{"from": ack.sender})
+                cached=ack.cached, max_seen=ack.max_seen, acked=len(lat), latency_sum=sum(lat),
+                latency_max=max(lat, default=None), held=len(buf), **{"from": ack.sender})
         # the lost tail: nobody in the region has seen the last packets for retransmit_s
         first = ack.max_seen + 1
         if first <= self.rseq[ridx] and first in buf and now - buf[first][3] >= self.p.retransmit_s \
@@ -316,7 +325,8 @@ class QsmNode(Core):
         self.round += 1
         self.token_out = True
         self.token_started = now
-        entries = [Entry(o, cutoff=self.next_cutoff[o], purge=self.next_purge[o]) for o in self.origins]
+        entries = [Entry(o, cutoff=self.next_cutoff[o], purge=self.next_purge[o], replicated=self.next_replicated[o])
+                   for o in self.origins]
         token = Token(self.me, self.region.index, self.round, 0, NO_RATE, entries)
         self.counters["token_generated"] += 1
         self._handle_token(token, now, out)
@@ -343,6 +353,7 @@ class QsmNode(Core):
                 if stale:
                     out.log(now, "cache_released", origin=o, through=e.purge, count=len(stale), held=len(cache))
             self.cutoff[o] = max(self.cutoff[o], e.cutoff)
+            self.replicated[o] = max(self.replicated[o], e.replicated)
             missing = self._missing(o, self.cutoff[o])
             gaps = self.missing_since[o]
             for s in missing:
@@ -369,10 +380,21 @@ class QsmNode(Core):
                             partition=self.part, round=token.round)
             e.pnak = mine if token.phase == 0 else intersect(e.pnak, mine)
             e.prev = mine
+            # §2.3.3: "requests for a given packet by nodes outside its caching partition is delayed until it is
+            # stable on all of its caching replicas" (known from last round's caching-stable prefix). Once per round:
+            # not again when the token comes back round the ring to this partition's leader.
             others: dict[int, list[int]] = {}
-            for s in missing:
+            delayed: dict[int, int] = {}
+            for s in (missing if not (from_pred and self.is_pleader) else ()):
                 if s % p != self.part:
-                    others.setdefault(s % p, []).append(s)
+                    if s <= self.replicated[o]:
+                        others.setdefault(s % p, []).append(s)
+                    else:
+                        delayed[s % p] = delayed.get(s % p, 0) + 1
+            for k, n in sorted(delayed.items()):
+                self.counters["pull_delayed"] += n
+                out.log(now, "pull_delayed", origin=o, partition=k, count=n, replicated=self.replicated[o],
+                        round=token.round)
             for k, seqs in sorted(others.items()):
                 leader = self.region.partitions[k][0]
                 ranges = normalise((s, s) for s in seqs)[:limit]
@@ -381,7 +403,9 @@ class QsmNode(Core):
                 out.log(now, "pull_sent", origin=o, to=leader, ranges=len(ranges), count=count(ranges),
                         partition=k, round=token.round)
             e.max_seen = max(e.max_seen, self.max_seen[o])
-            e.stable = min(e.stable, max(self.recv[o].r, self.purged[o]))
+            prefix = max(self.recv[o].r, self.purged[o])
+            e.stable = min(e.stable, prefix)
+            e.cstable = min(e.cstable, caching_prefix(prefix, self.recv[o].ahead, self.part, p))
         mine_rate = self.rate.rate(now) if self.rate is not None else None
         if mine_rate is not None:
             token.rate = min(token.rate, int(mine_rate * 1000))
@@ -432,17 +456,20 @@ class QsmNode(Core):
             self.next_cutoff[o] = e.max_seen
             if e.stable != NO_STABLE:
                 self.next_purge[o] = min(e.stable, e.max_seen)
+            if e.cstable != NO_STABLE:
+                self.next_replicated[o] = max(self.next_replicated[o], min(e.cstable, e.max_seen))
             self.prev_max[o] = e.max_seen
             if e.max_seen == 0:
                 continue
-            ack = Ack(self.me, self.region.index, token.round, o, self.next_purge[o], e.max_seen, rate, m)
+            ack = Ack(self.me, self.region.index, token.round, o, self.next_purge[o], e.max_seen, rate, m,
+                      self.next_replicated[o])
             acks += 1
             if o == self.me:
                 self._on_ack(ack, now, out)
             else:
                 out.stream.append((o, ack))
-            out.log(now, "ack_sent", origin=o, round=token.round, stable=ack.stable, max_seen=e.max_seen,
-                    rate=None if rate == NO_RATE else rate / 1000.0, m=m)
+            out.log(now, "ack_sent", origin=o, round=token.round, stable=ack.stable, cached=ack.cached,
+                    max_seen=e.max_seen, rate=None if rate == NO_RATE else rate / 1000.0, m=m)
         self.counters["token_rounds"] += 1
         out.log(now, "token_round", round=token.round, region=self.region.name, duration=now - self.token_started,
                 acks=acks, m=m, min_rate=None if token.rate == NO_RATE else token.rate / 1000.0)
@@ -456,6 +483,7 @@ class QsmNode(Core):
             "partition": self.part,
             "R": {str(o): r.r for o, r in self.recv.items()},
             "max_seen": {str(o): v for o, v in self.max_seen.items()},
+            "replicated": {str(o): v for o, v in self.replicated.items()},
             "cached": {str(o): len(c) for o, c in self.cache.items()},
             "round": self.round,
             "counters": dict(sorted(self.counters.items())),

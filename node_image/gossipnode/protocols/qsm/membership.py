@@ -9,6 +9,8 @@ the rate-control formulas (§2.4). Pure: no I/O, no time, no randomness.
   around partition 0's ring (leader first), then to the next partition's leader, ..., back to the region leader.
 - Ranges: a NAK set is a sorted tuple of disjoint, non-adjacent inclusive (first, last) ranges.
 - `merge_naks`: what a node pushes to / pulls from its ring predecessor, given both NAK sets.
+- `caching_prefix`: a node's part of the caching-stable prefix (the sender frees a packet once all its caching
+  replicas hold it, §2.3; pulls from outside a packet's partition wait for it, §2.3.3); the token takes the min.
 - `receiver_share`, `sender_rate`: μ_rec = min_i μ_rec^(i) / m (1) and μ_snd = max(μ_min, (1+λ)·μ_rec) (2).
 """
 from __future__ import annotations
@@ -210,6 +212,21 @@ def merge_naks(predecessor: Ranges, mine: Ranges) -> tuple[Ranges, Ranges]:
     be requested (pull) from the predecessor." Seqs both miss are in neither (they go into the partition's
     collective NAK, the running intersection)."""
     return subtract(predecessor, mine), subtract(mine, predecessor)
+
+
+def caching_prefix(prefix: int, ahead: Iterable[int] | set[int], part: int, p: int) -> int:
+    """The largest y such that this node holds every packet up to y that its partition caches: it holds 1..prefix
+    and the packets in `ahead`; it is in partition `part` of `p`, which caches rseq i when i mod p == part (§2.3.1).
+    The minimum of this over a region's nodes is the region's caching-stable prefix: every packet up to it is held
+    by all of its caching replicas ("The sender considers a message to have been delivered (and stops buffering it)
+    once it has been acknowledged by all caching replicas", §2.3)."""
+    if not 0 <= part < p:
+        raise ValueError(f"partition {part} of {p}")
+    held = ahead if isinstance(ahead, (set, frozenset)) else set(ahead)
+    s = prefix + 1 + (part - (prefix + 1)) % p      # the first packet after the prefix that the partition caches
+    while s in held:
+        s += p
+    return s - 1
 
 
 # ---- rate control -----------------------------------------------------------------------------------------------

@@ -11,12 +11,15 @@ regional sequence numbers):
                             the (origin, region) sequence), kind u8 (FORWARD: 0 push, 1 pull; else 0), payload
     TOKEN    phase u8 (0: entering a partition at its leader, 1: inside a partition's ring, 2: home to the region
              leader), rate u32 (min μ_rec so far, milli-packets/s; 0xFFFFFFFF: none), m u8 entries, each:
-             origin u16, cutoff u32, purge u32, max_seen u32, stable u32, npn u8, nprev u8,
+             origin u16, cutoff u32, purge u32, replicated u32 (last round's caching-stable prefix: pulls from
+             outside a packet's partition wait for it), max_seen u32, stable u32, cstable u32 (this round's running
+             caching-stable prefix), npn u8, nprev u8,
              npn ranges (the partition's running NAK intersection), nprev ranges (the predecessor's NAK set)
     PULL     origin u16, count u8, ranges
     NAK      origin u16, partition u8, count u8, ranges (missed by the whole partition: the collective NAK)
-    ACK      origin u16, stable u32, max_seen u32, rate u32 (μ_rec = min μ_rec^(i) / m, milli-packets/s;
-             0xFFFFFFFF: unknown), m u8
+    ACK      origin u16, stable u32 (the region-wide stable prefix), cached u32 (the caching-stable prefix: every
+             packet up to it is held by all its caching replicas; the sender frees up to it), max_seen u32, rate u32
+             (μ_rec = min μ_rec^(i) / m, milli-packets/s; 0xFFFFFFFF: unknown), m u8
 
 A DATA packet is 22 bytes of headers (envelope 9 + header 5 + 8) plus its payload.
 """
@@ -32,12 +35,12 @@ from gossipnode.wire import F, Layout
 PROTOCOL_ID = 10
 HEADER = struct.Struct("!BI")
 DATA = struct.Struct("!HBIB")
-ENTRY = struct.Struct("!HIIIIBB")
+ENTRY = struct.Struct("!HIIIIIIBB")
 RANGE = struct.Struct("!II")
 TOKEN = struct.Struct("!BIB")
 PULL = struct.Struct("!HB")
 NAK = struct.Struct("!HBB")
-ACK = struct.Struct("!HIIIB")
+ACK = struct.Struct("!HIIIIB")
 HEADER_SIZE = wire.ENVELOPE_SIZE + HEADER.size
 MIN_DATA_SIZE = HEADER_SIZE + DATA.size
 NO_RATE = 0xFFFFFFFF
@@ -79,6 +82,8 @@ class Entry:
     stable: int = 0xFFFFFFFF  # min over the nodes visited of their contiguous prefix (R)
     pnak: Ranges = ()     # the current partition's NAK intersection so far
     prev: Ranges = ()     # the NAK set of the node that passed the token, inside a partition
+    replicated: int = 0   # caching-stable last round: a node pulls a packet from another partition only up to it
+    cstable: int = 0xFFFFFFFF  # min over the nodes visited of membership.caching_prefix (this round)
 
 
 @dataclass(slots=True)
@@ -121,6 +126,7 @@ class Ack:
     max_seen: int
     rate: int
     m: int
+    cached: int = 0       # the caching-stable prefix: the sender stops buffering packets up to it
     type: MsgType = MsgType.ACK
 
 
@@ -137,7 +143,8 @@ def _encode(msg) -> tuple[int, int, bytes]:
         elif t == MsgType.TOKEN:
             parts = [HEADER.pack(msg.region, msg.round), TOKEN.pack(msg.phase, msg.rate, len(msg.entries))]
             for e in msg.entries:
-                parts.append(ENTRY.pack(e.origin, e.cutoff, e.purge, e.max_seen, e.stable, len(e.pnak), len(e.prev)))
+                parts.append(ENTRY.pack(e.origin, e.cutoff, e.purge, e.replicated, e.max_seen, e.stable, e.cstable,
+                                        len(e.pnak), len(e.prev)))
                 parts.append(_ranges(e.pnak) + _ranges(e.prev))
             body = b"".join(parts)
         elif t == MsgType.PULL:
@@ -146,7 +153,8 @@ def _encode(msg) -> tuple[int, int, bytes]:
             body = HEADER.pack(msg.region, 0) + NAK.pack(msg.origin, msg.partition, len(msg.ranges)) + \
                 _ranges(msg.ranges)
         elif t == MsgType.ACK:
-            body = HEADER.pack(msg.region, msg.round) + ACK.pack(msg.origin, msg.stable, msg.max_seen, msg.rate, msg.m)
+            body = HEADER.pack(msg.region, msg.round) + ACK.pack(msg.origin, msg.stable, msg.cached, msg.max_seen,
+                                                                 msg.rate, msg.m)
         else:
             raise ValueError(f"unknown QSM message type {t!r}")
         return int(t), msg.sender, body
@@ -189,10 +197,10 @@ def _decode(mtype: int, sender: int, rest: memoryview):
         for _ in range(m):
             if len(rest) < off + ENTRY.size:
                 raise DecodeError(f"TOKEN: truncated entry at byte {off}")
-            origin, cutoff, purge, max_seen, stable, npn, nprev = ENTRY.unpack_from(rest, off)
+            origin, cutoff, purge, replicated, max_seen, stable, cstable, npn, nprev = ENTRY.unpack_from(rest, off)
             pnak, off = _read_ranges(rest, off + ENTRY.size, npn, "TOKEN")
             prev, off = _read_ranges(rest, off, nprev, "TOKEN")
-            entries.append(Entry(origin, cutoff, purge, max_seen, stable, pnak, prev))
+            entries.append(Entry(origin, cutoff, purge, max_seen, stable, pnak, prev, replicated, cstable))
         if off != len(rest):
             raise DecodeError(f"TOKEN: {len(rest) - off} trailing bytes")
         return Token(sender, region, seq, phase, rate, entries)
@@ -214,8 +222,8 @@ def _decode(mtype: int, sender: int, rest: memoryview):
         return Nak(sender, region, origin, part, ranges)
     if len(rest) != off + ACK.size:
         raise DecodeError(f"ACK: {len(rest)} bytes, expected {off + ACK.size}")
-    origin, stable, max_seen, rate, m = ACK.unpack_from(rest, off)
-    return Ack(sender, region, seq, origin, stable, max_seen, rate, m)
+    origin, stable, cached, max_seen, rate, m = ACK.unpack_from(rest, off)
+    return Ack(sender, region, seq, origin, stable, max_seen, rate, m, cached)
 
 
 def _header_columns(mtype: int, rest: memoryview) -> dict[str, int | None]:
@@ -242,11 +250,13 @@ CODEC = wire.register(wire.Codec(
         Layout(MsgType.TOKEN, "TOKEN", (F("phase", "u8"), F("rate", "u32", doc="min receive rate, mpkt/s"),
                                         F("m", "u8", doc="entries"),
                                         F("entries", "bytes", "rest", "per origin: origin, cutoff, purge, "
-                                          "max_seen, stable, npn, nprev, ranges")), "the region's token"),
+                                          "replicated, max_seen, stable, cstable, npn, nprev, ranges")),
+               "the region's token"),
         Layout(MsgType.PULL, "PULL", (F("origin", "u16"), F("count", "u8"), F("ranges", "u32", "count*2"))),
         Layout(MsgType.NAK, "NAK", (F("origin", "u16"), F("partition", "u8"), F("count", "u8"),
                                     F("ranges", "u32", "count*2")), "a partition's collective NAK"),
-        Layout(MsgType.ACK, "ACK", (F("origin", "u16"), F("stable", "u32"), F("max_seen", "u32"),
+        Layout(MsgType.ACK, "ACK", (F("origin", "u16"), F("stable", "u32", doc="stable in the region"),
+                                    F("cached", "u32", doc="stable at the caching replicas"), F("max_seen", "u32"),
                                     F("rate", "u32", doc="μ_rec, mpkt/s"), F("m", "u8")),
                "the region leader's collective ACK"),
     ),
