@@ -238,9 +238,9 @@ def _tradvsync_valid(m: _Msgs) -> np.ndarray:
     return ok
 
 
-# qsm: header region u8, seq u32 (DATA/RETRANS/FORWARD: seq; TOKEN/ACK: the round; PULL/NAK: neither)
+# qsm: header region u16, seq u32 (DATA/RETRANS/FORWARD: seq; TOKEN/ACK: the round; PULL/NAK: neither)
 def _qsm_header(m: _Msgs):
-    raw = m.u32(1)
+    raw = m.u32(2)
     return raw, m.of(1, 2, 3), raw, m.of(4, 7), _no(m)
 
 
@@ -249,19 +249,19 @@ _TOKEN_ENTRY = 28   # qsm's wire.ENTRY: origin u16, six u32 (cutoff ... cstable)
 
 def _qsm_valid(m: _Msgs) -> np.ndarray:
     t, n = m.t, m.n
-    ok = m.of(1, 2, 3) & (n >= 13) & (m.u32(1) != 0) & (m.u32(8) != 0)
-    ok |= (t == 7) & (n == 24)                                    # ACK: 5 + 19
-    for typ, cnt_at, start in ((5, 7, 8), (6, 8, 9)):          # PULL, NAK
+    ok = m.of(1, 2, 3) & (n >= 15) & (m.u32(2) != 0) & (m.u32(10) != 0)   # 6 + origin, group u16, rseq, kind
+    ok |= (t == 7) & (n == 25)                                    # ACK: 6 + 19
+    for typ, cnt_at, start in ((5, 8, 9), (6, 9, 10)):         # PULL, NAK
         sel = (t == typ) & (n >= start)
         if sel.any():
             cnt = m.u8(cnt_at)
             good = sel & (n == start + 8 * cnt)
             ok |= good & m.ranges_ok(good, np.full(len(t), start), cnt, 8, 0, 4, _nonzero_first_le_last)
-    token = (t == 4) & (n >= 11)
+    token = (t == 4) & (n >= 12)
     if token.any():
-        entries = np.where(token, m.u8(10), 0)
+        entries = np.where(token, m.u8(11), 0)
         good = token.copy()
-        off = np.full(len(t), 11)
+        off = np.full(len(t), 12)
         for k in range(int(entries.max(initial=0))):
             act = good & (k < entries)
             good &= ~act | (n >= off + _TOKEN_ENTRY)

@@ -319,7 +319,9 @@ def _encoded() -> list[bytes]:
         q.Data(1, 1, 3, 2, 0, 4, b"f", q.MsgType.FORWARD, 1),
         q.Token(1, 0, 3, 1, 500, [q.Entry(2, 1, 1, 5, 3, ((1, 2),), ((3, 4), (6, 6))), q.Entry(4)]),
         q.Token(1, 0, 4, 0), q.Pull(1, 0, 2, ((1, 3),)), q.Pull(1, 0, 2, ()), q.Nak(1, 0, 2, 1, ((2, 2), (4, 9))),
-        q.Ack(1, 0, 4, 2, 5, 6, 100, 3),
+        q.Ack(1, 0, 4, 2, 5, 6, 100, 3), q.Ack(1, 300, 4, 2, 5, 6, 100, 3, 6),
+        q.Data(1, 65535, 3, 2, 300, 4, b"q"), q.Token(1, 257, 3, 1, 7, [q.Entry(2, 1, 1, 5, 3, (), ((3, 4),), 2, 4)]),
+        q.Pull(1, 999, 2, ((5, 6),)), q.Nak(1, 256, 2, 3, ((2, 2),)),
         tv.Data(1, 5, b"p"), tv.Data(1, 6, b"", retrans=True), tv.Ack(1, 2, 9), tv.Nak(1, 2, 3, 4),
     ]
     return [wire.encode(m) for m in msgs]

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+import hashlib
+import re
+
 from gossipnode.protocols.qsm.membership import (
-    MovingRate, compute_regions, count, intersect, merge_naks, normalise, receiver_share, resolve_members,
-    sender_rate, subtract, to_ranges,
+    NAME_MAX, MovingRate, compute_regions, count, intersect, merge_naks, normalise, receiver_share, region_name,
+    resolve_members, sender_rate, subtract, to_ranges,
 )
+
+MCAST_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")     # orchestrator/mcast/spec.py's GROUP_NAME_RE
 
 
 def test_two_overlapping_groups_make_three_regions():
@@ -107,3 +112,22 @@ def test_moving_rate():
     assert r.rate(2.0) == 3.0             # (4 + 2) / 2
     assert r.rate(4.0) == pytest.approx(2 / 3)   # last 3 intervals: 2, 0, 0
     assert r.rate(5.0) == 0.0
+
+
+def test_region_names_without_the_length_limit():
+    # while "r-" + the joined names fits in 64 characters it is the name; longer, "r--" + 24 hex digits of a digest
+    assert region_name(["b", "a"]) == "r-a-b"
+    fits = [f"g{i:02d}" for i in range(20)]                 # 2 + 20 * 4 - 1 = 81 > 64
+    assert len("r-" + "-".join(fits)) == 81
+    assert region_name(fits) == "r--" + hashlib.sha256("-".join(fits).encode()).hexdigest()[:24]
+    exact = [f"abcdefg{c}" for c in "abcdefg"]               # 2 + 7 * 9 - 1 = 64: still joined
+    assert region_name(exact) == "r-" + "-".join(exact) and len(region_name(exact)) == NAME_MAX
+    assert region_name(exact + ["z"]).startswith("r--")
+    # 300 groups; member m is in the 30 groups g(m mod 300) ... g(m mod 300 + 29) (mod 300): 300 regions of 2
+    # members and 30 groups each, every name a valid, distinct multicast group name, more than 256 regions (u16
+    # indexes on the wire)
+    groups = {f"g{k}": [m for m in range(600) if (k - m) % 300 < 30] for k in range(300)}
+    regions = compute_regions(groups, 600, 3)
+    assert len(regions) == 300 and {len(r.groups) for r in regions} == {30} and {len(r.members) for r in regions} == {2}
+    names = [r.name for r in regions]
+    assert len(set(names)) == len(names) and all(MCAST_NAME.match(x) and x.startswith("r--") for x in names)

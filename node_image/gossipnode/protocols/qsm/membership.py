@@ -15,12 +15,27 @@ the rate-control formulas (§2.4). Pure: no I/O, no time, no randomness.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 Ranges = tuple[tuple[int, int], ...]
 GROUP_NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+NAME_MAX = 64           # a multicast group's name (orchestrator/mcast/spec.py: 1-64 characters a-z, 0-9, '-', '_')
+MAX_INDEX = 0xFFFF      # groups and regions are u16 indexes on the wire (wire.py)
+
+
+def region_name(groups: Iterable[str]) -> str:
+    """A region's name (its IP multicast group's): `r-` + its sorted group names joined by `-` while that fits in
+    NAME_MAX characters; longer, `r--` + the first 24 hex digits of the SHA-256 of the joined names (no joined name
+    has `--`: group names are not empty). Every node computes the same name from the same group views."""
+    joined = "-".join(sorted(groups))
+    name = "r-" + joined
+    if len(name) <= NAME_MAX:
+        return name
+    return "r--" + hashlib.sha256(joined.encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
@@ -32,10 +47,10 @@ class Region:
     members: tuple[int, ...]           # sorted member ids
     partitions: tuple[tuple[int, ...], ...]
 
-    @property
+    @cached_property
     def name(self) -> str:
-        """The region's IP multicast group name (the experiment's `multicast:` must declare it)."""
-        return "r-" + "-".join(self.groups)
+        """The region's IP multicast group name (`region_name`)."""
+        return region_name(self.groups)
 
     @property
     def leader(self) -> int:
@@ -111,6 +126,8 @@ def compute_regions(groups: Mapping[str, Iterable[int]], n: int, partition_size:
         raise ValueError(f"partition_size (R) must be at least 1, got {partition_size}")
     if not groups:
         raise ValueError("no groups")
+    if len(groups) > MAX_INDEX + 1:
+        raise ValueError(f"{len(groups)} groups: at most {MAX_INDEX + 1} (a u16 index on the wire)")
     of: dict[int, list[str]] = {m: [] for m in range(n)}
     for g, members in sorted(groups.items()):
         if not GROUP_NAME.match(g):
@@ -134,6 +151,9 @@ def compute_regions(groups: Mapping[str, Iterable[int]], n: int, partition_size:
         p = max(1, len(members) // partition_size)
         parts = tuple(tuple(members[k::p]) for k in range(p))
         regions.append(Region(index, key, tuple(members), parts))
+    names = [r.name for r in regions]
+    if len(set(names)) != len(names):      # two digests alike: not expected in practice, but never silently
+        raise ValueError(f"two regions have the same name: {sorted(n for n in names if names.count(n) > 1)[:2]}")
     return regions
 
 

@@ -1,13 +1,13 @@
 """QSM's messages after the common envelope (`gossipnode.wire`); protocol id 10.
 
-QSM header (network byte order, 5 bytes): region u8 (the region's index in the region views), seq u32 (DATA,
+QSM header (network byte order, 6 bytes): region u16 (the region's index in the region views), seq u32 (DATA,
 RETRANS, FORWARD: the origin's sequence number, per origin from 1, across its groups; TOKEN, ACK: the token
 round; PULL, NAK: 0).
 
 Bodies (counts first, checked against the length before use; ranges are inclusive (first u32, last u32) pairs of
 regional sequence numbers):
 
-    DATA, RETRANS, FORWARD  origin u16, group u8 (index in the config's groups), rseq u32 (the packet's number in
+    DATA, RETRANS, FORWARD  origin u16, group u16 (index in the config's groups), rseq u32 (the packet's number in
                             the (origin, region) sequence), kind u8 (FORWARD: 0 push, 1 pull; else 0), payload
     TOKEN    phase u8 (0: entering a partition at its leader, 1: inside a partition's ring, 2: home to the region
              leader), rate u32 (min μ_rec so far, milli-packets/s; 0xFFFFFFFF: none), m u8 entries, each:
@@ -21,7 +21,7 @@ regional sequence numbers):
              packet up to it is held by all its caching replicas; the sender frees up to it), max_seen u32, rate u32
              (μ_rec = min μ_rec^(i) / m, milli-packets/s; 0xFFFFFFFF: unknown), m u8
 
-A DATA packet is 22 bytes of headers (envelope 9 + header 5 + 8) plus its payload.
+A DATA packet is 24 bytes of headers (envelope 9 + header 6 + 9) plus its payload.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from gossipnode import wire
 from gossipnode.wire import F, Layout
 
 PROTOCOL_ID = 10
-HEADER = struct.Struct("!BI")
-DATA = struct.Struct("!HBIB")
+HEADER = struct.Struct("!HI")
+DATA = struct.Struct("!HHIB")
 ENTRY = struct.Struct("!HIIIIIIBB")
 RANGE = struct.Struct("!II")
 TOKEN = struct.Struct("!BIB")
@@ -237,12 +237,12 @@ def _header_columns(mtype: int, rest: memoryview) -> dict[str, int | None]:
     return {"seq": seq, "round": None}
 
 
-_DATA = (F("origin", "u16"), F("group", "u8"), F("rseq", "u32", doc="regional sequence number"),
+_DATA = (F("origin", "u16"), F("group", "u16"), F("rseq", "u32", doc="regional sequence number"),
          F("kind", "u8", doc="FORWARD: 0 push, 1 pull"), F("payload", "bytes", "rest"))
 
 CODEC = wire.register(wire.Codec(
     id=PROTOCOL_ID, name="qsm", types=MsgType,
-    header=(F("region", "u8"), F("seq", "u32", doc="data: the origin's seq; TOKEN, ACK: the round")),
+    header=(F("region", "u16"), F("seq", "u32", doc="data: the origin's seq; TOKEN, ACK: the round")),
     layouts=(
         Layout(MsgType.DATA, "DATA", _DATA, "the origin's multicast into a region", data=True),
         Layout(MsgType.RETRANS, "RETRANS", _DATA, "the origin's re-multicast (collective NAK or timeout)"),
