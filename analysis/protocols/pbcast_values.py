@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import math
 import statistics
+import struct
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from analysis.protocols import crash_times, generic_values, message_receipts
 
 if TYPE_CHECKING:
+    from analysis.pcap import CaptureFile
     from analysis.rundir import RunDir
 
 FIGURE1_WINDOW_S = 0.5
@@ -272,23 +275,117 @@ def split(fractions: list[float], hi: float = 0.95, lo: float = 0.05) -> dict[st
     return {"messages": len(fractions), "almost_all": a, "almost_none": z, "between": len(fractions) - a - z}
 
 
+def _seconds(v: Any) -> float | None:
+    """'100ms' / '0.1s' / 0.1 as seconds (the spec's durations); None if absent."""
+    if v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    t = str(v).strip()
+    return float(t[:-2]) / 1000.0 if t.endswith("ms") else float(t[:-1] if t.endswith("s") else t)
+
+
+def wire_seqs(datagrams: Iterable[tuple[float, bytes]], origin: int) -> dict[int, tuple[float, str]]:
+    """The messages of `origin` that datagrams sent by a member name, from their (ts, UDP payload as captured):
+    {seq: (first ts, "data" | "digest")}: "data" when a DATA or REPAIR of it left (its first-phase copy or a
+    retransmission), else "digest" when only a DIGEST's range named it (the member held it and said so on the
+    wire). Not pbcast, another protocol, a foreign magic or a field the capture cut: skipped. Pure."""
+    from gossipnode import wire as gw
+    from gossipnode.protocols.pbcast import wire as pw
+    out: dict[int, tuple[float, str]] = {}
+    hs = pw.HEADER_SIZE
+    for ts, p in datagrams:
+        if len(p) < hs:
+            continue
+        mg, ver, proto, mtype, _sender, _length = gw.ENVELOPE.unpack_from(p)
+        if mg != gw.MAGIC or ver != gw.VERSION or proto != pw.PROTOCOL_ID:
+            continue
+        if mtype in (pw.MsgType.DATA, pw.MsgType.REPAIR) and len(p) >= hs + pw.ITEM.size:
+            o, _root, seq = pw.ITEM.unpack_from(p, hs)
+            if o == origin and seq >= 1:
+                out[seq] = (min(out.get(seq, (math.inf, ""))[0], ts), "data")
+        elif mtype == pw.MsgType.DIGEST and len(p) >= hs + 2:
+            (count,) = struct.unpack_from("!H", p, hs)
+            for k in range(count):
+                off = hs + 2 + k * pw.RANGE.size
+                if off + pw.RANGE.size > len(p):
+                    break
+                o, first, last = pw.RANGE.unpack_from(p, off)
+                if o != origin or not 1 <= first <= last:
+                    continue
+                for seq in range(first, last + 1):
+                    if seq not in out:
+                        out[seq] = (ts, "digest")
+    return out
+
+
+def sent_datagrams(cap: CaptureFile, clock=None) -> Iterator[tuple[float, bytes]]:
+    """(ts, UDP payload as captured) of every unfragmented IPv4/UDP datagram the capture's member sent (source its
+    own address), in the run's virtual time with `clock`. The link layer is parsed as the packet table does
+    (analysis.pcap.FrameDecoder). A file that cannot be read yields what precedes the problem."""
+    from analysis.pcap import FrameDecoder, PcapError, PcapFile
+    virtual = clock.to_virtual if clock is not None and not clock.identity else None
+    try:
+        pf = PcapFile(cap.path, cap.file)
+    except (OSError, PcapError):
+        return
+    with pf:
+        dec = FrameDecoder(pf.link_type, cap.address, {})
+        try:
+            for _n, ts, _cap_len, _orig_len, data in pf:
+                _if, l3, _why = dec._l3(data)          # the packet table's own link-layer offsets
+                if l3 is None or len(data) < l3 + 20:
+                    continue
+                vihl, frag, proto = data[l3], struct.unpack_from("!H", data, l3 + 6)[0], data[l3 + 9]
+                l4 = l3 + (vihl & 0x0F) * 4
+                if proto != 17 or frag & 0x3FFF or len(data) < l4 + 8:
+                    continue
+                if ".".join(map(str, data[l3 + 12:l3 + 16])) != cap.address:
+                    continue
+                udp_len = struct.unpack_from("!H", data, l4 + 4)[0]
+                yield (virtual(ts) if virtual else ts), bytes(data[l4 + 8:l4 + max(8, udp_len)])
+        except PcapError:
+            return
+
+
 def bimodal_values(run: RunDir) -> dict[str, Any]:
     """The bimodal histogram with a crash (§3), `bimodal_` values. Its fraction is of the *survivors*, not of the
     members alive at the send: the paper's histogram is what the members left after the crash got, and a crashed
-    member's log loses its unflushed tail (its last ~0.1-0.3 s), so its deliveries just before the crash cannot be
+    member's log loses its unflushed tail (its last ~0.1-0.4 s), so its deliveries just before the crash cannot be
     counted. Crashed: the targets of `crash` actions and every member that wrote `node_started` but no
     `node_stopped`; survivors the other members. Per message, the fraction of the survivors (its origin excluded)
     that logged its `data_received`; histograms in bins of 0.05 over all messages (`hist_all`) and over those sent
     in the last second before the crash (`hist_last`: the earliest crash action's t0 + `actual_s`); the split at
     >= 0.95 / <= 0.05 / between (`messages`, `almost_all`, `almost_none`, `between`; `last_` the same).
 
-    A crashed sender's log misses its last `data_sent`s, and those are the messages the histogram is about. Seqs
-    are consecutive per sender, so the messages are every seq from 1 to the highest any member logged (sent or
-    received): one without `data_sent` takes the time of its first `data_received` anywhere (crashed members
-    included), or, received by nobody, that of the message before it (`sent_unlogged`, `sent_unseen` count them).
-    A crashed sender is taken to have kept sending at the offered rate (`workload.rate_per_s`) from its last logged
-    `data_sent` to the crash; those messages nobody received count with fraction 0 (`sent_extrapolated`; an
-    estimate: a sender that fell behind its timer sent fewer)."""
+    Which messages exist. A crashed sender's log misses its last `data_sent`s, and those are the messages the
+    histogram is about. Each message's source (counted in `src_*`, every message in exactly one):
+
+    - `src_log`: its `data_sent` is in the sender's log. With the sender's capture, a logged message that the
+      capture does not show and nobody received is counted too (fraction 0: the conservative side) and reported as
+      `sent_log_not_on_wire` — lost on the sender's own link (its shaping drops before the capture sees a frame)
+      or sent after a silent crash's cut (the cut takes effect tens to hundreds of ms after the action's
+      `actual_s` on a loaded machine, so the capture, not the action's time, says what left);
+    - `src_pcap`: not logged, but the sender's own capture (`capture: access`: pcaps/<sender>-any.pcap) shows it
+      leaving — a DATA or REPAIR of it, or a DIGEST range naming it (`sent_pcap_digest_only` of these) — every
+      datagram that passed the sender's interface is in that file, whatever happened to the process after;
+    - `src_received`: neither, but some member (crashed ones included) logged its `data_received`;
+    - `src_gap`: none of these, but a later seq of the sender is known (seqs are consecutive per sender): it was
+      sent and is counted with fraction 0;
+    - `src_extrapolated`: only for a crashed sender *without* a capture: the offered rate (`workload.rate_per_s`)
+      from its last known send to the crash, counted with fraction 0 (an estimate: a sender behind its timer sent
+      fewer). With the sender's capture this is 0: the capture is the observation.
+
+    `sent_extrapolated` = `src_extrapolated` (0 with the sender's capture). `sent_rate_estimate`: the rate's
+    estimate of the sends after the last one the log and the receptions know (the same formula), computed whether
+    or not it is counted: the cross-check of `src_pcap` + `src_gap` (what the capture found beyond them).
+    `sent_unlogged` / `sent_unseen`: messages without a `data_sent` / also never received (the earlier
+    definition's counters). `sender_pcap`: the crashed senders whose capture was read (empty: every count from
+    the events, and a crashed sender's last sends from the rate). `log_tail_s`: the crash's time minus the last
+    `data_sent` a crashed sender logged (the log's lost tail, at most); `wire_after_crash_s`: its capture's last
+    datagram minus the crash's time (a silent crash's cut takes effect after the action's recorded start);
+    `pcap_dropped`: the kernel drops of the captures read (the manifest's); `crash_lag_ms_max`: the crash actions'
+    largest schedule lag."""
     ids = {m.id: m.name for m in run.members}
     nid = {v: k for k, v in ids.items()}
     rate = (((run.manifest.get("spec") or {}).get("workload") or {}).get("rate_per_s"))
@@ -321,41 +418,93 @@ def bimodal_values(run: RunDir) -> dict[str, Any]:
             first[key] = min(first.get(key, math.inf), float(e["ts"]))
             if e.get("node") in survivors:
                 got.setdefault(key, set()).add(e["node"])
+    caps = {c.node: c for c in run.captures if c.interface == "any" and c.address}
+    wire: dict[tuple[int, int], tuple[float, str]] = {}
+    read: list[str] = []
+    last_out: list[float] = []
+    origins = {o for o, _ in [*logged, *first]} & set(ids)
+    for origin in sorted(origins):
+        name = ids[origin]
+        if name in crashed and name in caps:
+            read.append(name)
+            dg = list(sent_datagrams(caps[name], run.clock))
+            last_out += [dg[-1][0]] if dg else []
+            for seq, v in wire_seqs(dg, origin).items():
+                wire[(origin, seq)] = v
+    tails = [max(t for (o, _), t in logged.items() if o == nid[m]) for m in crashed
+             if m in nid and any(o == nid[m] for o, _ in logged)]
+    counted = {(c.get("node"), c.get("file")): c for c in run.manifest.get("captures") or []}
+    dropped = [counted.get((m, caps[m].file), {}).get("dropped_by_kernel") for m in read]
+    lags = [float(e["lag_ms"]) for e in run.events if e.get("event") == "action_applied"
+            and e.get("action") == "crash" and e.get("lag_ms") is not None]
+    out = bimodal_rows(ids, survivors, crashed, crash_ts, rate, logged, first, got, wire, set(read))
+    sec = spec_section(run)
+    modes = {a.get("mode", "kill") for a in ((run.manifest.get("spec") or {}).get("schedule") or [])
+             if a.get("action") == "crash"}
+    out.update({"crashed": sorted(crashed), "survivors": sorted(survivors), "crash_ts": crash_ts,
+                "sender_pcap": sorted(read), "source": "pcap" if read else "events+rate",
+                "crash_mode": "+".join(sorted(modes)) or None, "fanout": sec.get("fanout"),
+                "log_tail_s": crash_ts - max(tails) if tails and crash_ts is not None else None,
+                "wire_after_crash_s": max(last_out) - crash_ts if last_out and crash_ts is not None else None,
+                "pcap_dropped": sum(dropped) if read and None not in dropped else None,
+                "crash_lag_ms_max": max(lags) if lags else None,
+                "round_s": _seconds(sec.get("round")), "tree_fanout": sec.get("tree_fanout"),
+                "n_crashed": len(crashed), "n_survivors": len(survivors)})
+    return {f"bimodal_{k}": v for k, v in out.items()}
+
+
+def bimodal_rows(ids: dict[int, str], survivors: set[str], crashed: set[str], crash_ts: float | None,
+                 rate: float | None, logged: dict, first: dict, got: dict, wire: dict,
+                 captured: set[str]) -> dict[str, Any]:
+    """`bimodal_values`' counting, pure: the messages per origin (the sources in its docstring), each message's
+    fraction of the survivors that got it, the histograms and splits. `logged`/`first`: (origin, seq) -> ts of its
+    `data_sent` / first `data_received`; `got`: -> the survivors that logged it; `wire`: -> (ts, how) from the
+    origin's capture; `captured`: the origins whose capture was read."""
     top: dict[int, int] = {}
-    for origin, seq in [*logged, *first]:
+    for origin, seq in [*logged, *first, *wire]:
         if origin in ids:
             top[origin] = max(top.get(origin, 0), seq)
     rows: list[tuple[float, float]] = []          # (sent ts, fraction)
-    unlogged = unseen = extrapolated = 0
+    src = {"log": 0, "pcap": 0, "received": 0, "gap": 0, "extrapolated": 0}
+    unlogged = unseen = digest_only = estimate = off_wire = 0
     for origin in sorted(top):
         pool = survivors - {ids[origin]}
         ts = -math.inf
         for seq in range(1, top[origin] + 1):
             key = (origin, seq)
             if key in logged:
-                ts = logged[key]
+                ts, how = logged[key], "log"
+                off_wire += ids[origin] in captured and key not in wire and key not in first
+            elif key in wire:
+                ts, how = wire[key][0], "pcap"
+                digest_only += wire[key][1] == "digest"
+            elif key in first:
+                ts, how = first[key], "received"
             else:
+                how = "gap"
+            if key not in logged:
                 unlogged += 1
-                if key in first:
-                    ts = first[key]
-                else:
-                    unseen += 1
+                unseen += key not in first
             if pool:
+                src[how] += 1
                 rows.append((ts, len(got.get(key, set()) & pool) / len(pool)))
         mine = [(q, t) for (o, q), t in logged.items() if o == origin]
         if rate and crash_ts is not None and ids[origin] in crashed and mine and pool:
             s_l, t_l = max(mine)
-            for seq in range(top[origin] + 1, s_l + int((crash_ts - t_l) * rate + 1e-9) + 1):
-                extrapolated += 1
-                rows.append((t_l + (seq - s_l) / rate, 0.0))
+            upto = s_l + int((crash_ts - t_l) * rate + 1e-9)     # the rate's last seq before the crash
+            known = max([q for o, q in [*logged, *first] if o == origin], default=0)
+            estimate += max(0, upto - known)
+            if ids[origin] not in captured:
+                for k in range(top[origin] + 1, upto + 1):
+                    src["extrapolated"] += 1
+                    rows.append((t_l + (k - s_l) / rate, 0.0))
     allf = [f for _, f in rows]
     lastf = [f for t, f in rows if crash_ts is not None and crash_ts - LAST_S <= t < crash_ts]
-    out = {"crashed": sorted(crashed), "survivors": sorted(survivors), "crash_ts": crash_ts,
-           "sent_unlogged": unlogged, "sent_unseen": unseen, "sent_extrapolated": extrapolated,
-           "hist_all": histogram(allf), "hist_last": histogram(lastf), **split(allf),
-           **{f"last_{k}": v for k, v in split(lastf).items()},
-           "n_crashed": len(crashed), "n_survivors": len(survivors)}
-    return {f"bimodal_{k}": v for k, v in out.items()}
+    return {"sent_unlogged": unlogged, "sent_unseen": unseen, "sent_extrapolated": src["extrapolated"],
+            "sent_rate_estimate": estimate, "sent_pcap_digest_only": digest_only, "sent_log_not_on_wire": off_wire,
+            **{f"src_{k}": v for k, v in src.items()},
+            "hist_all": histogram(allf), "hist_last": histogram(lastf), **split(allf),
+            **{f"last_{k}": v for k, v in split(lastf).items()}}
 
 
 def pbcast_values(run: RunDir) -> dict[str, Any]:

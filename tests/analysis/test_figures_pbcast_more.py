@@ -165,3 +165,47 @@ def test_view_change_model_and_helpers():
         fv.seconds("soon")
     assert packing_of({"packing": {"mode": "process"}}) == "process" and packing_of({}) == "process"
     assert packing_of({"packing": {"mode": "packed", "members_per_process": 16}}) == "packs of 16"
+
+
+# --- the bimodal points: the earlier rows, the model beside them (issue #34) ---------------------------------------
+
+def test_an_earlier_bimodal_row_gets_this_definitions_columns_from_its_counters():
+    # a committed row counted from the events and the rate: 398 messages, 34 without data_sent of which 0 never
+    # received, 5 extrapolated -> 359 logged, 34 received, 0 gap, 5 extrapolated; the rate's estimate the 5
+    old = {"members": 32, "messages": 398, "sent_unlogged": 34, "sent_unseen": 0, "sent_extrapolated": 5}
+    r = fm.earlier_definition(old)
+    assert (r["src_log"], r["src_pcap"], r["src_received"], r["src_gap"], r["src_extrapolated"]) == (359, 0, 34, 0, 5)
+    assert (r["crash_mode"], r["source"], r["fanout"], r["round_s"], r["sent_rate_estimate"]) == \
+        ("kill", "events+rate", 1, 0.1, 5)
+    new = {**old, "source": "pcap", "crash_mode": "silent"}
+    assert fm.earlier_definition(new) is new                  # a row of this definition stays as it is
+    assert fm.earlier_definition({"run": "x", "excluded": "not completed"})["run"] == "x"
+
+
+def test_the_model_beside_a_bimodal_point():
+    from analysis import pbcast_model
+    assert fm.loss_fraction("5%") == pytest.approx(0.05) and fm.loss_fraction(0.01) == 0.01
+    assert fm.loss_fraction(None) is None
+    a = {"members": 32, "fanout": 1, "gc_c": 2.0, "loss": "5%", "n_crashed": 9, "round_s": 0.1, "phase": "none"}
+    m = fm.model_of(a)
+    want = pbcast_model.model_histogram(32, 1, 2.0, 0.05, 9, 10)
+    assert m["model_one"] == want["from_one"] and m["model_last"] == want["last"]
+    assert (m["model_rounds"], m["model_alive"], m["model_window"], m["model_first"]) == (10, 23, 10, 0)
+    # a first phase: the chain from the sender alone is not its last second: only `model_one`
+    t = fm.model_of({**a, "phase": "tree"})
+    assert t["model_last"] is None and t["model_one"] == want["from_one"]
+    assert fm.model_of({**a, "fanout": None})["model_one"] is None
+    assert fm.model_split([0.1, 0.2, 0.3, 0.4]) == pytest.approx([0.1, 0.5, 0.4])
+    # counted from the capture: the messages of the crash's own round (never gossiped) are left out
+    c = fm.model_of({**a, "source": "pcap"})
+    assert c["model_first"] == 1 and c["model_last"] == pbcast_model.model_histogram(32, 1, 2.0, 0.05, 9, 10, 1)["last"]
+    # the table: the model's expected messages in the last second = its probability x the messages measured there
+    agg = fm.aggregate("bimodal", [{**a, "crash_fraction": 0.25, "crash_mode": "kill", "source": "events+rate",
+                                    "messages": 10, "hist_all": [1] + [0] * 18 + [9],
+                                    "hist_last": [1] + [0] * 18 + [9]}])
+    md = fm.markdown("bimodal", agg)
+    assert f"| [0.00, 0.05) | 1 | 1 | {want['last'][0] * 10:.1f} |" in md
+    assert "none, C 2.0, kill, events+rate: model, last 1 s" in md
+    # the model's parameters: n, fanout, rounds, loss, crashed, alive, window, then its split
+    assert (f"| none, C 2.0, kill, events+rate | 32 | 1 | 10 | 5% | 9 | 23 | 0-9 | {want['from_one'][0]:.4f} | "
+            f"{sum(want['from_one'][1:-1]):.4f} | {want['from_one'][-1]:.4f} | {want['last'][0]:.4f} |") in md
