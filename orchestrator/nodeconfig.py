@@ -5,7 +5,6 @@ per member, validated by the node's own model (`gossipnode.config.NodeConfig`); 
 """
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Callable
 
@@ -15,25 +14,11 @@ from orchestrator.errors import SpecError
 from orchestrator.source import FieldError
 from orchestrator.mcast.tree import member_endpoints
 from orchestrator.protocols import SECTIONS, Context
-from orchestrator.plan import NetworkPlan
+from orchestrator.plan import NetworkPlan, choose_senders
 from orchestrator.spec import Experiment
 from orchestrator.units import parse_time
 
 NODE_PORT = 7000
-
-
-def choose_senders(exp: Experiment, plan: NetworkPlan) -> list[str]:
-    members = [n.name for n in plan.members]
-    senders = exp.workload.get("senders", 0)
-    if isinstance(senders, list):
-        unknown = [s for s in senders if s not in members]
-        if unknown:
-            raise SpecError(f"workload.senders: {unknown} are not members")
-        return senders
-    if not isinstance(senders, int) or senders < 0 or senders > len(members):
-        raise SpecError(f"workload.senders: {senders!r} is not a count between 0 and {len(members)} or a list")
-    return sorted(random.Random(f"{exp.seed}/senders").sample(members, senders),
-                  key=lambda m: plan.node(m).index)
 
 
 def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Path,

@@ -16,7 +16,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 
-from orchestrator.errors import PlanError
+from orchestrator.errors import PlanError, SpecError
 from orchestrator.mcast.tree import Group, build_groups
 from orchestrator.shaping.params import DirParams
 from orchestrator.models import Experiment, SparseMembers
@@ -269,8 +269,54 @@ def build_plan(exp: Experiment) -> NetworkPlan:
         routes[names[p]].append(Route(dst=block(c), via=ca, dev=p_if, src=ip(addr[p])))
         routes[names[c]].insert(0, Route(dst="default", via=pa, dev=c_if, src=ip(addr[c])))
     plan = NetworkPlan(nodes=nodes, links=links, routes=routes, seed=exp.seed)
-    plan.groups = build_groups(exp.multicast, plan)
+    plan.groups = build_groups(with_protocol_groups(exp, plan), plan)
     return plan
+
+
+def choose_senders(exp: Experiment, plan: NetworkPlan) -> list[str]:
+    """The workload's senders' names: its list (checked), or a seeded draw of its count."""
+    members = [n.name for n in plan.members]
+    senders = exp.workload.get("senders", 0)
+    if isinstance(senders, list):
+        unknown = [s for s in senders if s not in members]
+        if unknown:
+            raise SpecError(f"workload.senders: {unknown} are not members")
+        return senders
+    if not isinstance(senders, int) or senders < 0 or senders > len(members):
+        raise SpecError(f"workload.senders: {senders!r} is not a count between 0 and {len(members)} or a list")
+    return sorted(random.Random(f"{exp.seed}/senders").sample(members, senders),
+                  key=lambda m: plan.node(m).index)
+
+
+DERIVED_BASE = ipaddress.IPv4Address("239.192.0.1")     # derived groups' addresses (organisation-local scope)
+
+
+def with_protocol_groups(exp: Experiment, plan: NetworkPlan):
+    """The experiment's `multicast:` section plus the groups its protocol needs and it does not declare (the
+    protocol adapter's `multicast_groups`: QSM's regions, pbcast's data group), addressed from 239.192.0.1 on,
+    skipping the declared addresses. Unchanged when the protocol derives none (so are older plans)."""
+    from orchestrator.mcast.spec import GroupSpec, MulticastSpec
+    from orchestrator.protocols import ADAPTERS, Adapter, GroupContext
+
+    if exp.protocol is None or ADAPTERS.get(exp.protocol.name, Adapter()).multicast_groups is \
+            Adapter.multicast_groups:
+        return exp.multicast
+    declared = list(exp.multicast.groups) if exp.multicast else []
+    ctx = GroupContext(names=[m.name for m in plan.members], senders=choose_senders(exp, plan),
+                       declared=[g.name for g in declared])
+    extra = exp.protocol.derived_groups(ctx)
+    if not extra:
+        return exp.multicast
+    used = {g.address for g in declared}
+    addresses = (a for a in (str(DERIVED_BASE + i) for i in range(1 << 16)) if a not in used)
+    try:
+        groups = [GroupSpec(name=g["name"], address=next(addresses), members=g["members"],
+                            senders=g.get("senders", "all")) for g in extra]
+        return MulticastSpec(groups=[*declared, *groups])
+    except ValueError as exc:         # pydantic's ValidationError is one: its first error's message
+        errors = getattr(exc, "errors", None)
+        why = errors()[0]["msg"].removeprefix("Value error, ") if errors else str(exc)
+        raise PlanError(f"protocol.{exp.protocol.name}: a multicast group it needs: {why}") from None
 
 
 def _size(children: list[list[int]], i: int) -> int:

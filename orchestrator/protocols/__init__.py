@@ -45,6 +45,16 @@ class Context:
 
 
 @dataclass(frozen=True)
+class GroupContext:
+    """What a protocol's multicast groups may depend on: the members' names in id order, the workload's senders'
+    names, and the groups the experiment's `multicast:` section already declares (by name)."""
+
+    names: list[str]
+    senders: list[str]
+    declared: list[str]
+
+
+@dataclass(frozen=True)
 class Adapter:
     """A protocol's orchestrator-side keys: their models, and how they become node fields."""
 
@@ -53,6 +63,9 @@ class Adapter:
     # warnings for a schedule that needs a way back into the group (`comebacks`: "heals a partition", "restarts
     # members", "joins members") that these parameters do not give; the run's manifest and report carry them
     schedule_warnings: Callable[[dict[str, Any], list[str]], list[str]] = lambda params, _comebacks: []
+    # the IP multicast groups the protocol needs that the experiment does not declare, from the node parameters
+    # (defaults included) and the members: [{name, members, senders}] (addresses are assigned by the plan)
+    multicast_groups: Callable[[dict[str, Any], GroupContext], list[dict[str, Any]]] = lambda params, _ctx: []
 
 
 def _adapters() -> dict[str, Adapter]:
@@ -161,6 +174,15 @@ def _section_model() -> type[BaseModel]:
             section: BaseModel = getattr(self, self.name)
             raw = self._raw[self.name] or {}
             return {k: v for k, v in section.model_dump(mode="json").items() if k in raw}
+
+        def derived_groups(self, ctx: GroupContext) -> list[dict[str, Any]]:
+            """The multicast groups this protocol needs beyond the declared ones (its adapter's), from every node
+            parameter (defaults included)."""
+            adapter = ADAPTERS.get(self.name, Adapter())
+            section: BaseModel = getattr(self, self.name)
+            _, renames = SECTIONS[self.name]
+            params = {renames.get(k, k): v for k, v in section.model_dump(mode="json").items()}
+            return adapter.multicast_groups(params, ctx)
 
         def node_params(self, ctx: Context) -> dict[str, Any]:
             """The node config's `protocol` section: {name, ...node fields}."""

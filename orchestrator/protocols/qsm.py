@@ -7,14 +7,18 @@ The node derives regions, partitions and leaders from the groups (`gossipnode.pr
 parameter model checks them against the member names when the node configs are written (before anything is
 built: a member in no group, an unknown member, R = 0, a sender outside its group, a missing region multicast
 group all exit 2). What can be checked here, with only the number of members known (`Context`), is checked here
-too: group members given as ids, and the regions they make."""
+too: group members given as ids, and the regions they make.
+
+With `transport: mcast` (the default) each region needs an IP multicast group; the ones the experiment's
+`multicast:` section does not declare are derived here (`_qsm_groups`), so a QSM experiment file need only name its
+groups."""
 from __future__ import annotations
 
 from typing import Any
 
 from orchestrator.errors import SpecError
 
-from . import Adapter, Context
+from . import Adapter, Context, GroupContext
 
 
 def _qsm_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -37,4 +41,27 @@ def _qsm_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return params
 
 
-ADAPTER = Adapter(to_node=_qsm_to_node)
+def _qsm_groups(params: dict[str, Any], ctx: GroupContext) -> list[dict[str, Any]]:
+    """transport mcast: one IP multicast group per region, named as the node looks it up (the region's name), its
+    members the region's and its senders those who multicast into one of the region's groups (all its members when
+    nobody does) — a sender outside the region sends only (docs/multicast.md). The node's own membership computes
+    the regions (one rule)."""
+    from types import SimpleNamespace
+
+    from gossipnode.protocols.qsm.params import QsmParams
+
+    if params.get("transport", "mcast") != "mcast":
+        return []
+    ids = {name: i for i, name in enumerate(ctx.names)}
+    cfg = SimpleNamespace(n=len(ctx.names), members=[SimpleNamespace(name=m, id=i) for m, i in ids.items()],
+                          senders=[ids[s] for s in ctx.senders if s in ids])
+    try:
+        ms = QsmParams.model_validate({"name": "qsm", **params}).membership(cfg)
+    except ValueError as exc:
+        raise SpecError(f"protocol.qsm: {exc}") from None
+    return [{"name": r.name, "members": [ctx.names[m] for m in r.members],
+             "senders": [ctx.names[m] for m in ms.origins_of(r)] or "all"}
+            for r in ms.regions if r.name not in ctx.declared]
+
+
+ADAPTER = Adapter(to_node=_qsm_to_node, multicast_groups=_qsm_groups)

@@ -1,6 +1,7 @@
 """vsync's orchestrator-side check: the leader committee (members 0..k-1 at the start) must fit in the group with
 a member left to replace a failed one (the node's own check, protocols/vsync/params.py), known only once the plan
-has its members (a SpecError: exit 2 before anything is built)."""
+has its members (a SpecError: exit 2 before anything is built). Its first phase by IP multicast gets a derived
+group as pbcast's (orchestrator/protocols/pbcast.py)."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,6 +9,7 @@ from typing import Any
 from orchestrator.errors import SpecError
 
 from . import Adapter, Context
+from .pbcast import data_group
 
 
 def _vsync_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -18,4 +20,5 @@ def _vsync_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return params
 
 
-ADAPTER = Adapter(to_node=_vsync_to_node)
+ADAPTER = Adapter(to_node=_vsync_to_node,
+                  multicast_groups=lambda params, ctx: data_group(params, ctx, "first_phase"))

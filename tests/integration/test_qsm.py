@@ -79,7 +79,7 @@ def test_qsm_small_every_member_delivers_its_groups(tmp_path):
     (("range(8, 24) %}h", "range(8, 23) %}h"), "members [23] belong to no group"),
     (("partition_size: 3", "partition_size: 0"), "partition_size: Input should be greater than or equal to 1"),
     (("- {name: b, members: [", "- {name: b, members: [h99, "), "'h99' is not a member"),
-    (("    - {name: r-b,", "    - {name: r-bx,"), "needs the multicast group 'r-b'"),
+    (("], senders: [h20]}", "], senders: [h21]}"), "sends to multicast group 'r-b' but is not among its senders"),
 ])
 def test_bad_qsm_input_exits_2_before_anything_is_built(tmp_path, edit, message):
     name = unique_lab("q")

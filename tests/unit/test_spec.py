@@ -221,9 +221,9 @@ def test_a_node_config_the_node_refuses_is_one_located_line(tmp_path):
     f = tmp_path / "q.yaml"
     f.write_text("topology: {kind: tree, nodes: 4, degree: 2}\n"
                  "protocol:\n  qsm:\n    groups:\n      - {name: a, members: all}\n"
-                 "workload: {senders: [h0], rate_per_s: 10, size_bytes: 100}\n")
+                 "workload: {senders: [h0], rate_per_s: 10, size_bytes: 10}\n")
     with pytest.raises(SpecError) as err:
         prepare(f)
     msg = str(err.value)
-    assert msg.startswith(f"{f}:3: protocol.qsm: qsm: member h0 needs the multicast group 'r-a'")
+    assert msg.startswith(f"{f}:3: protocol.qsm: workload size_bytes 10 is below a QSM DATA message's headers"), msg
     assert "pydantic" not in msg and "input_value" not in msg and "\n" not in msg

@@ -1,0 +1,46 @@
+"""A QSM experiment that names only its groups (root, Mininet; under a minute): topologies/qsm-small.yaml without
+its `multicast:` section, shortened. The plan derives one IP multicast group per region (the senders into a region
+they are not in send only), and every member delivers every packet of its groups exactly once and nothing else."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from orchestrator.source import render_template
+
+from .helpers import REPO, cli, event_lines, lab_namespaces, unique_lab
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet]
+
+
+def test_qsm_with_derived_region_groups_delivers_each_groups_packets_once(tmp_path):
+    name = unique_lab("qg")
+    text = render_template((REPO / "topologies" / "qsm-small.yaml").read_text(), "qsm-small.yaml")
+    head, _, rest = text.partition("multicast:")
+    text = (head + "nodes: {packing: 24}\nduration:" + rest.split("duration:")[1]) \
+        .replace("name: qsm-small", f"name: {name}").replace("start: 1s, stop: 21s", "start: 1s, stop: 7s") \
+        .replace("duration: 30s", "duration: 15s")
+    assert "multicast:" not in text
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(text)
+    r = cli("run", str(f), "--out", str(tmp_path / "runs"),
+            env_extra={"ORCHESTRATOR_STATE_DIR": str(tmp_path / "state")}, timeout=150)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert lab_namespaces(name) == [], "namespaces outlived the run"
+    run_dir = Path(r.stdout.strip().splitlines()[-1])
+    plan = (run_dir / "plan.json").read_text()
+    assert "239.192.0.3" in plan and "r-a-b" in plan                 # the derived groups are in the run's plan
+    log = [e for p in sorted((run_dir / "events").glob("*.jsonl")) for e in event_lines(p)]
+    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
+    assert len(ids) == 24
+    groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
+    sent = {(ids[e["node"]], e["seq"]): e["group_name"] for e in log if e["event"] == "data_sent"}
+    assert {g for g in sent.values()} == {"a", "b"} and len(sent) >= 2 * 5 * 5     # ≥ μ_min = 5/s for 5 s
+    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
+    assert max(got.values()) == 1, "a packet was delivered twice"
+    for node, mid in ids.items():
+        expected = {(o, s) for (o, s), g in sent.items() if node in groups[g] and o != mid}
+        mine = {(o, s) for (n, o, s) in got if n == node}
+        assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, extra {sorted(mine - expected)[:5]}"
