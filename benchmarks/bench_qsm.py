@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_node import blast_into  # noqa: E402  (the benchmarks are scripts side by side)
 
 SIZE = 100                   # bytes of UDP payload per data packet (headers included), as topologies/qsm-fig9.yaml
-PAYLOAD = SIZE - 22          # a QSM DATA message's headers are 22 bytes
+PAYLOAD = SIZE - 24          # a QSM DATA message's headers are 24 bytes (22 before cf76e53: u16 indexes)
 
 
 def loadavg() -> str:
