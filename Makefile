@@ -144,7 +144,12 @@ repro-pbcast: setup
 	  ls -d $(REPRO_OUT)/pbcast-bimodal/bm32-25$${v##*:}-s$$s-* >/dev/null 2>&1 || \
 	  $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$$p --set gc_c=$$c \
 	    --out $(REPRO_OUT)/pbcast-bimodal; done; done
-	$(PY) -m analysis.figures_pbcast_more bimodal $(REPRO_OUT)/pbcast-bimodal/bm* --out $(REPRO_OUT)/results/pbcast-bimodal
+	@set -e; for s in 1 2 3; do for v in tree:silent:t20q none:kill:n20; do p=$${v%%:*}; m=$${v#*:}; m=$${m%:*}; \
+	  ls -d $(REPRO_OUT)/pbcast-bimodal-tree/bm32-25$${v##*:}-s$$s-* >/dev/null 2>&1 || \
+	  $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$$p --set crash_mode=$$m \
+	    --set capture=access --out $(REPRO_OUT)/pbcast-bimodal-tree; done; done
+	$(PY) -m analysis.figures_pbcast_more bimodal $(REPRO_OUT)/pbcast-bimodal/bm* $(REPRO_OUT)/pbcast-bimodal-tree/bm* \
+	  --out $(REPRO_OUT)/results/pbcast-bimodal
 
 repro-qsm: setup
 	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=4,8,12,16 --out $(REPRO_OUT)/qsm-fig9 --no-analyze
@@ -338,24 +343,17 @@ repro-netem: setup
 	@set -e; for x in $(NC_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ':' ' '); \
 	  test -e $(NC)/delayline/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
 	    --no-analyze --out $(NC)/delayline/$$n; done
-	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(wildcard $(NC)/vm-delayline/* $(NC)/delayline-n5/*) \
+	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(wildcard $(NC)/delayline-n5/*) \
 	  --out docs/results/netem
 
-# The main table's disagreements apart (docs/netem.md): the delay line at the VM's dilation 5 in the VM and on this
-# machine, 3 runs each of pbcast-small and qsm-small (~25 min in the VM, ~15 here), then both tables.
+# The main table's disagreements apart (docs/netem.md): the delay line here at the VM's dilation 5, 3 runs each of
+# pbcast-small and qsm-small (~15 min), then both tables.
 NCI_EXPS := pbcast-small:--axis=nodes.packing=12 qsm-small:--axis=nodes.packing=24
 repro-netem-isolate: setup
-	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
-	@mkdir -p $(NC); for x in $(NCI_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ":" " "); \
-	  test -e $(NC)/vm-delayline/$$n || echo "$$n $$a"; done > $(NC).todo; \
-	if [ -s $(NC).todo ]; then $(NETEM_VM) --timeout 3600 -- bash -c 'while read n a; do \
-	  $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline --dilation 5 --no-analyze \
-	    --out $(NC)/vm-delayline/$$n || exit 1; done < $(NC).todo'; fi
 	@set -e; for x in $(NCI_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ':' ' '); \
 	  test -e $(NC)/delayline-n5/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
 	    --dilation 5 --no-analyze --out $(NC)/delayline-n5/$$n; done
-	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(NC)/vm-delayline/* $(NC)/delayline-n5/* \
-	  --out docs/results/netem
+	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(NC)/delayline-n5/* --out docs/results/netem
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all
