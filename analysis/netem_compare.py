@@ -90,6 +90,32 @@ def _step(a: str, b: str, n: dict[str, float | None]) -> str:
     return " + ".join(parts) or "none"
 
 
+def _cell(key: str, m: float | None, c: float | None, n: int) -> str:
+    """mean ± half-width (runs); a time in seconds in milliseconds, to 0.01 ms."""
+    if key.endswith("_s") and m is not None:
+        return f"{m * 1000:.2f} ± {'–' if c is None else f'{c * 1000:.2f}'} ms ({n})"
+    return f"{fmt(m)} ± {fmt(c)} ({n})"
+
+
+def _cause(v: dict[str, list[float]], steps: list[tuple[str, str]], ok: list[str], n: dict) -> str:
+    """The step whose two sides disagree, when it is the only one; when several do, the one that goes the main
+    difference's way by at least all of it while the others go against it (its cause, the rest offsetting it)."""
+    bad = [(a, b) for (a, b), o in zip(steps, ok) if o == "**no**"]
+    if not bad:
+        return "not isolated (no single step differs)"
+    if len(bad) == 1 and all(o != "–" for o in ok):
+        return f"the {_step(*bad[0], n)}"
+    m = {sd: mean_ci(xs)[0] for sd, xs in v.items()}
+    total = m["delayline"] - m["netem"]
+    moves = {(a, b): m[b] - m[a] for a, b in bad}
+    along = [s for s, d in moves.items() if d * total > 0]
+    if len(along) == 1 and abs(moves[along[0]]) >= abs(total) and all(d * total < 0 for s, d in moves.items()
+                                                                       if s != along[0]):
+        others = ", ".join(_step(a, b, n) for a, b in bad if (a, b) != along[0])
+        return f"the {_step(*along[0], n)} (the {others} step goes against it)"
+    return "not isolated (" + ", ".join(_step(a, b, n) for a, b in bad) + " differ)"
+
+
 def isolation_table(rows: list[dict]) -> str:
     """The experiments with delay-line runs beside the main table's two sides (the delay line at the netem runs'
     dilation, on the host and in the VM): each key metric along the chain netem (VM, N = 5) -> delay line in the VM
@@ -121,11 +147,8 @@ def isolation_table(rows: list[dict]) -> str:
             ok = [verdict_of(v[a], v[b]) for a, b in steps]
             cause = ""
             if verdict_of(v["netem"], v["delayline"]) == "**no**":
-                bad = [_step(a, b, n) for (a, b), o in zip(steps, ok) if o == "**no**"]
-                cause = (f"the {bad[0]}" if len(bad) == 1 and all(o != "–" for o in ok) else
-                         "not isolated (no single step differs)" if not bad else
-                         "not isolated (" + ", ".join(bad) + " differ)")
-            cells = " | ".join(f"{fmt(m)} ± {fmt(c)} ({len(v[sd])})" for sd in chain for m, c in [mean_ci(v[sd])])
+                cause = _cause(v, steps, ok, n)
+            cells = " | ".join(_cell(k, m, c, len(v[sd])) for sd in chain for m, c in [mean_ci(v[sd])])
             out.append(f"| {exp} | {k} | {cells} | " + " | ".join(ok) + f" | {cause} |")
     return "\n".join(out) + "\n"
 

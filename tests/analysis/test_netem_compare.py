@@ -46,7 +46,9 @@ def test_isolation_table_names_the_cause():
     machine = four("m", lo, lo, hi, hi)
     dilation = four("d", lo, lo, lo, hi)
     drift = four("x", [0.5, 0.51, 0.52], [0.52, 0.53, 0.54], [0.54, 0.55, 0.56], [0.56, 0.57, 0.58])
-    allrows = shaper + machine + dilation + drift
+    # the machine moves it past the whole difference, the dilation a little back: the machine, offset
+    offset = four("o", [0.5, 0.51, 0.52], [0.49, 0.5, 0.51], [0.95, 0.96, 0.97], [0.9, 0.91, 0.92])
+    allrows = shaper + machine + dilation + drift + offset
     assert [side(r, {"6.1-vm"}) for r in shaper[::3]] == ["netem", "delayline@5 (VM)", "delayline@5", "delayline"]
     t = compare_table(allrows)
     main = t.split("The main table's two sides apart")[0]
@@ -64,4 +66,5 @@ def test_isolation_table_names_the_cause():
     assert cause("m") == "the machine |"
     assert cause("d") == "the dilation |"
     assert cause("x") == "not isolated (no single step differs) |"
+    assert cause("o") == "the machine (the dilation step goes against it) |"
     assert isolation_table(rows("netem", [1.0]) + rows("delayline", [1.0])) == ""
