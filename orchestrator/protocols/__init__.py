@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_serializer, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model, model_serializer, model_validator
 
 from orchestrator.errors import SpecError
 from orchestrator.units import parse_time
