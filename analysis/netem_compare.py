@@ -170,11 +170,7 @@ def compare_table(rows: list[dict]) -> str:
                 continue
             (ma, ca), (mb, cb) = mean_ci(a), mean_ci(b)
             w = welch(a, b)
-            o = overlap(ma, ca, mb, cb)
-            if o is None and a and b and max(a) == min(a) == max(b) == min(b):
-                verdict = "yes (identical)"
-            else:
-                verdict = "–" if o is None else "yes" if o else "**no**"
+            verdict = verdict_of(a, b)
             agree += verdict.startswith("yes")
             total += verdict != "–"
             out.append(f"| {exp} | {k} | {fmt(ma)} ± {fmt(ca)} ({len(a)}) | {fmt(mb)} ± {fmt(cb)} ({len(b)}) | "

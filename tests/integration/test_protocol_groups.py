@@ -10,7 +10,8 @@ import pytest
 
 from orchestrator.source import render_template
 
-from .helpers import REPO, cli, event_lines, lab_namespaces, unique_lab
+from .helpers import REPO, cli, lab_namespaces, unique_lab
+from .test_qsm import events
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -32,7 +33,7 @@ def test_qsm_with_derived_region_groups_delivers_each_groups_packets_once(tmp_pa
     run_dir = Path(r.stdout.strip().splitlines()[-1])
     plan = (run_dir / "plan.json").read_text()
     assert "239.192.0.3" in plan and "r-a-b" in plan                 # the derived groups are in the run's plan
-    log = [e for p in sorted((run_dir / "events").glob("*.jsonl")) for e in event_lines(p)]
+    log = events(run_dir)
     ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
     assert len(ids) == 24
     groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
