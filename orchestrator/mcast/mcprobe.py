@@ -4,8 +4,9 @@
     python -m orchestrator.mcast.mcprobe recv GROUP PORT JOIN_IF SOURCE IDLE_S
         binds GROUP:PORT, joins GROUP on JOIN_IF, prints "ready", counts datagrams until IDLE_S pass without one
         (60 s for the first), ignoring its own (source SOURCE); prints one JSON line: per sequence number the
-        copies received, and the one-way delay of each first copy (the sender's wall clock stamp; all namespaces
-        of a machine share the clock).
+        copies received, and the one-way delay of each first copy: the kernel's receive timestamp (SO_TIMESTAMPNS,
+        taken when the datagram reaches the member's interface, so a receiver woken late on a busy machine does not
+        add to it) less the sender's wall clock stamp; all namespaces of a machine share the clock.
     python -m orchestrator.mcast.mcprobe send GROUP PORT SEND_IF TTL SOURCE COUNT SIZE GAP_S
         sends COUNT datagrams of SIZE bytes (UDP payload) GAP_S apart from SOURCE through SEND_IF.
 """
@@ -19,6 +20,8 @@ import time
 
 HEADER = struct.Struct("!Id")          # sequence number, send time (time.time())
 IP_UDP = 28                            # header bytes of a datagram on the wire (IPv4 + UDP)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # Linux; Python's socket module does not name it
+TIMESPEC = struct.Struct("@qq")        # struct timespec on 64-bit Linux: tv_sec, tv_nsec
 
 
 def _mreqn(group: str, ifname: str) -> bytes:
@@ -26,10 +29,20 @@ def _mreqn(group: str, ifname: str) -> bytes:
     return socket.inet_aton(group) + socket.inet_aton("0.0.0.0") + struct.pack("=i", socket.if_nametoindex(ifname))
 
 
+def kernel_stamp(ancillary: list) -> float:
+    """The receive time the kernel attached (SO_TIMESTAMPNS), else now."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            return sec + nsec / 1e9
+    return time.time()
+
+
 def recv(group: str, port: int, join_if: str, source: str, idle_s: float) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.bind((group, port))
     s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreqn(group, join_if))
     print("ready", flush=True)
@@ -38,10 +51,10 @@ def recv(group: str, port: int, join_if: str, source: str, idle_s: float) -> dic
     s.settimeout(60)
     while True:
         try:
-            data, (src, _) = s.recvfrom(65535)
+            data, anc, _, (src, _) = s.recvmsg(65535, socket.CMSG_SPACE(TIMESPEC.size))
         except socket.timeout:
             break
-        now = time.time()
+        now = kernel_stamp(anc)
         s.settimeout(idle_s)
         if src == source or len(data) < HEADER.size:
             continue

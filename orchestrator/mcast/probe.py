@@ -110,10 +110,12 @@ def judge(plan: NetworkPlan, group: Group, sender: str, count: int, size: int, r
         missing = count - len([k for k in copies if 0 <= k < count])
         dups = sum(v - 1 for v in copies.values() if v > 1)
         med = statistics.median(got["delay_s"]) * 1000 if got["delay_s"] else None
+        q1 = sorted(got["delay_s"])[(len(got["delay_s"]) - 1) // 4] * 1000 if got["delay_s"] else None
         want = want_s * 1000
         err = None if med is None else med - want
         receivers[m] = {"hops": hops, "distinct": len(copies), "duplicates": dups, "missing": missing,
-                        "median_delay_ms": med, "expected_delay_ms": want, "error_ms": err}
+                        "median_delay_ms": med, "lower_quartile_delay_ms": q1,
+                        "expected_delay_ms": want, "error_ms": err}
         if missing or dups:
             problems.append(f"{m}: {missing} of {count} missing, {dups} duplicates")
         if err is not None and abs(err) > max(DELAY_FLOOR_MS, DELAY_TOLERANCE * want):

@@ -155,18 +155,25 @@ UDP_TIMED_RECEIVER = textwrap.dedent("""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
     s.bind(("0.0.0.0", int(sys.argv[3]) if len(sys.argv) > 3 else 9999))
+    kernel = sys.argv[4:5] == ["kernel"]     # the kernel's receive stamp (SO_TIMESTAMPNS, CLOCK_REALTIME)
+    if kernel:
+        s.setsockopt(socket.SOL_SOCKET, 35, 1)
     print("bound", flush=True)
     idle, total = float(sys.argv[1]), float(sys.argv[2])
     out, t0, last = [], time.monotonic(), None
     s.settimeout(0.05)
     while time.monotonic() - t0 < total and (last is None or time.monotonic() - last < idle):
         try:
-            data = s.recv(2048)
+            data, anc, _, _ = s.recvmsg(2048, 64)
         except socket.timeout:
             continue
-        last = time.monotonic()
+        last = at = time.monotonic()
+        for level, kind, c in anc:
+            if kernel and level == socket.SOL_SOCKET and kind == 35:
+                sec, nsec = struct.unpack_from("@qq", c)
+                at = sec + nsec / 1e9 - (time.time() - time.monotonic())   # to CLOCK_MONOTONIC
         seq, ts = struct.unpack_from("!Id", data)
-        out.append((seq, last - ts))  # CLOCK_MONOTONIC is one clock for every namespace
+        out.append((seq, at - ts))  # CLOCK_MONOTONIC is one clock for every namespace
     print(json.dumps(out), flush=True)
 """)
 
@@ -212,11 +219,14 @@ def quantiles_within_noise(measured: list[float], noise: list[float], ppf, level
     return bad
 
 
-def lab_timed_flows(state, plan, flows: list[tuple[str, str, int, float]], idle: float = 1.5) -> list[list]:
+def lab_timed_flows(state, plan, flows: list[tuple[str, str, int, float]], idle: float = 1.5,
+                    kernel_stamps: bool = False) -> list[list]:
     """All at once, each flow (src, dst, n, gap): n timestamped UDP datagrams src -> dst every `gap` s (each flow to
-    its own port); returns, per flow, [(seq, one-way delay s)] in arrival order."""
+    its own port); returns, per flow, [(seq, one-way delay s)] in arrival order. `kernel_stamps`: the arrival is the
+    kernel's receive stamp (as the multicast probe's), not the moment the receiver read the datagram."""
     total = max(n * gap for *_, n, gap in flows) + 30
-    rxs = [in_node(state, dst, [sys.executable, "-c", UDP_TIMED_RECEIVER, str(idle), str(total), str(9100 + i)],
+    rxs = [in_node(state, dst, [sys.executable, "-c", UDP_TIMED_RECEIVER, str(idle), str(total), str(9100 + i),
+                                *(["kernel"] if kernel_stamps else [])],
                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
            for i, (_, dst, _, _) in enumerate(flows)]
     try:

@@ -261,36 +261,42 @@ def test_netem_multicast_copies_and_hop_cost_and_orchestrator_probe(tmp_path, st
     # tcpdump on every link direction competes with the receivers for the VM's CPU: the one-hop median was 6.1 ms
     # late with them, 2026-11-28), with unicast timed flows of the same size on the same paths beside: the VM's late
     # timers delay both alike (a one-hop median of 38.9 ms for both, 0.5 ms over the formula's bound, 2026-11-28), so
-    # a median within 3 % + 0.5 ms of the unicast one on its path passes too.
+    # a median within 3 % + 0.5 ms of the unicast one on its path passed too. A CI run on a busy machine then measured
+    # multicast 2.3-7.0 ms over unicast on the same paths (h0 40.3 against 38.0, h2 81.4 against 74.4, 2026-11-28):
+    # three receivers woken at once in the VM, stamping in user space. Both are now stamped by the kernel on arrival
+    # (SO_TIMESTAMPNS) and judged, like every delay in this table, by their lower quartile (vm_allows), or within
+    # 3 % + 0.5 ms of the unicast lower quartile on the same path.
     text = "topology: {kind: tree, nodes: 4, degree: 3}\nlinks: {rate: 30kbit, delay: 5ms, queue: 64}\n" + GROUP
     with running_lab(text, tmp_path, shaper="netem") as (state, plan):
         popen = lambda node, argv, **kw: get_backend(state.backend).popen(state, node, argv, **kw)  # noqa: E731
         res = probe_group(plan, popen, "data", count=12, size=72, sender="h1")
         timed = probe_group(plan, popen, "data", count=20, size=72, sender="h1", capture=False)
         # one after the other: together they would queue on h1's uplink
-        uni = [lab_timed_flows(state, plan, [("h1", m, 12, 0.05)])[0] for m in ("h0", "h2", "h3")]
+        uni = [lab_timed_flows(state, plan, [("h1", m, 12, 0.05)], kernel_stamps=True)[0] for m in ("h0", "h2", "h3")]
         # `orchestrator probe` on this lab, through the CLI: 2 links and a 2-hop path, 8 pings each (70.8 ms of
         # round trip per hop for its 100-byte pings), and the rate sample
         r = cli("probe", state.lab, "--links", "2", "--paths", "1", "--count", "8", "--json")
         assert r.returncode == 0, r.stderr
     per = {m: (x["distinct"], x["duplicates"], x["missing"], x["hops"]) for m, x in res["receivers"].items()}
-    delays = {m: (x["hops"], x["median_delay_ms"], x["missing"]) for m, x in timed["receivers"].items()}
-    unicast = {m: statistics.median(d * 1e3 for _, d in f) for m, f in zip(("h0", "h2", "h3"), uni)}
+    delays = {m: (x["hops"], x["lower_quartile_delay_ms"], x["missing"]) for m, x in timed["receivers"].items()}
+    unicast = {m: typical([d * 1e3 for _, d in f]) for m, f in zip(("h0", "h2", "h3"), uni)}
     copies = {d: (c["copies"], c["expected"]) for d, c in res["links"].items()}
     one_way = 35.4      # 5 ms + 114 B at 30 kbit/s, per hop
     ok = (res["problems"] == [] and sorted(per) == ["h0", "h2", "h3"]
           and all(v[:3] == (12, 0, 0) for v in per.values())
           and all(c == e for c, e in copies.values()) and sum(1 for _, e in copies.values() if e) == 3
           and sorted(delays) == ["h0", "h2", "h3"]
-          and all(miss == 0 and one_way * h - 0.5 <= med <= max(one_way * h * 1.03 + 2.0 * h, unicast[m] * 1.03 + 0.5)
-                  for m, (h, med, miss) in delays.items()))
+          and all(miss == 0 and one_way * h - 0.5 <= q1 <= max(one_way * h * 1.03 + 2.0 * h, unicast[m] * 1.03 + 0.5)
+                  for m, (h, q1, miss) in delays.items()))
     seen = "; ".join(f"{m}: {per.get(m, (0, 0))[0]} of 12 ({per.get(m, (0, 0))[1]} duplicates), {h} hop(s), "
-                     f"median {med:.1f} ms (unicast {unicast[m]:.1f})" for m, (h, med, _) in sorted(delays.items()))
+                     f"lower quartile {q1:.1f} ms (unicast {unicast[m]:.1f})"
+                     for m, (h, q1, _) in sorted(delays.items()))
     assert fidelity_row("IP multicast through netem links", "4 members, sender h1, 100 B datagrams; 35.4 ms per hop "
                         "one way", f"{seen}; copies per link direction "
                         f"{sorted((d, c) for d, (c, _) in copies.items())}", "every member each once; one copy per "
-                        "tree link direction away from the sender, none elsewhere; median -0.5 ms .. +3 % + 2 ms per "
-                        "hop, or within 3 % + 0.5 ms of the unicast median on its path", ok), \
+                        "tree link direction away from the sender, none elsewhere; kernel receive stamps, lower "
+                        "quartile -0.5 ms .. +3 % + 2 ms per hop, or within 3 % + 0.5 ms of the unicast one on its "
+                        "path", ok), \
         (res["problems"][:5], per, delays, unicast, copies)
 
     pr = json.loads(r.stdout)
