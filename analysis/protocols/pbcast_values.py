@@ -197,16 +197,21 @@ def member_overhead(c: dict[str, int]) -> dict[str, int]:
 
 
 def overhead_values(run: RunDir) -> dict[str, Any]:
-    """Figure 4: a member's overhead per multicast is its `member_overhead` (from `node_stopped`'s counters) over the
-    data messages sent; `overhead` the mean over the members that wrote `node_stopped` (`overhead_max`,
-    `overhead_sender` and `overhead_rest` beside it; `overhead_digest`, `_solicit`, `_repair` by kind and
-    `overhead_repair_traffic` = solicitations + repairs); `deliveries` (distinct (member, message)) and
-    `repair_fraction`, the share of them that came by repair (`repair: true`)."""
+    """Figure 4: a member's overhead per multicast is its `member_overhead` counted over the multicast period (the
+    difference of its `pbcast_counters` at the workload window's start and stop: the paper's "per-message overheads
+    on each group member"; rounds after the last multicast carry digests but no multicast) over the data messages
+    sent; `overhead` the mean over the members that logged both (`overhead_max`, `overhead_sender` and
+    `overhead_rest` beside it; `overhead_digest`, `_solicit`, `_repair` by kind and `overhead_repair_traffic` =
+    solicitations + repairs). `overhead_counted_over`: `multicast period`, or `whole run` for runs without the
+    window's counters (from `node_stopped`'s counters, as before 29 Nov 2026), whose `overhead_whole_run` is the
+    same mean over the whole run either way. `deliveries` (distinct (member, message)) and `repair_fraction`, the
+    share of them that came by repair (`repair: true`)."""
     ids = {m.name: m.id for m in run.members}
     senders = senders_of(run)
     sent: set[tuple[int, Any]] = set()
     got: set[tuple[str, Any, Any]] = set()
     stopped: dict[str, dict] = {}
+    window: dict[str, dict[str, dict[str, int]]] = {}
     by_repair = 0
     for e in run.events:
         ev = e.get("event")
@@ -219,13 +224,22 @@ def overhead_values(run: RunDir) -> dict[str, Any]:
                 by_repair += bool(e.get("repair"))
         elif ev == "node_stopped":
             stopped[e["node"]] = e
-    per = {n: {k: v / len(sent) for k, v in member_overhead(counters(st)).items()}
-           for n, st in sorted(stopped.items())} if sent else {}
+        elif ev == "pbcast_counters" and e.get("window") in ("start", "stop"):
+            window.setdefault(e["node"], {})[e["window"]] = {k: int(v) for k, v in (e.get("counters") or {}).items()}
+    periods = {n: {k: w["stop"].get(k, 0) - w["start"].get(k, 0) for k in w["stop"]}
+               for n, w in sorted(window.items()) if "start" in w and "stop" in w}
+    whole = {n: counters(st) for n, st in sorted(stopped.items())}
+    chosen = periods if periods else whole
+    per = {n: {k: v / len(sent) for k, v in member_overhead(c).items()} for n, c in chosen.items()} if sent else {}
     totals = [v["total"] for v in per.values()]
     out: dict[str, Any] = {
         "members_stopped": len(stopped), "overhead": _mean(totals), "overhead_max": max(totals, default=None),
         "overhead_sender": _mean([v["total"] for n, v in per.items() if n in senders]),
         "overhead_rest": _mean([v["total"] for n, v in per.items() if n not in senders]),
+        "overhead_counted_over": ("multicast period" if periods else "whole run") if per else None,
+        "overhead_members": len(per),
+        "overhead_whole_run": _mean([member_overhead(c)["total"] / len(sent) for c in whole.values()])
+        if sent else None,
         "deliveries": len(got), "repair_fraction": by_repair / len(got) if got else None}
     for k in OVERHEAD:
         out[f"overhead_{k}"] = _mean([v[k] for v in per.values()])

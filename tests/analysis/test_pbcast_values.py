@@ -250,6 +250,31 @@ def test_fig4_overhead_per_member_per_multicast_by_hand(tmp_path):
     # the tree: h0 is the root of h1, h2, h3; from the sender h1: h0 1 hop, h2 and h3 2 hops; loss 0.1 per link
     assert v["first_phase_hops"] == pytest.approx(5 / 3)
     assert v["first_phase_miss"] == pytest.approx((0.1 + 2 * (1 - 0.9 ** 2)) / 3)      # 0.16
+    assert v["overhead_counted_over"] == "whole run" and v["overhead_whole_run"] == pytest.approx(5.875)
+
+
+def test_fig4_overhead_is_counted_over_the_multicast_period(tmp_path):
+    """The same members with their `pbcast_counters` at the window's edges: each sent and received 1 digest before
+    the window opened and 2 after it closed (rounds without multicasts), so each member's period overhead is its
+    whole-run one less 6 digests: h0 19, h1 21, h2 16, h3 14 over 4 multicasts; the whole run's stays beside."""
+    ev = fig4_log()
+    final = {e["node"]: e["protocol"]["counters"] for e in ev if e["event"] == "node_stopped"}
+    for node, c in final.items():
+        ev.append({"ts": 2.0, "node": node, "event": "pbcast_counters", "window": "start",
+                   "counters": {"sent_digest": 1, "recv_digest": 1}})
+        ev.append({"ts": 5.5, "node": node, "event": "pbcast_counters", "window": "stop",
+                   "counters": {**c, "sent_digest": c["sent_digest"] - 2, "recv_digest": c["recv_digest"] - 2}})
+    v = values(make_run(tmp_path / "r", ev, 4, loss=0.1))
+    assert v["overhead_counted_over"] == "multicast period" and v["overhead_members"] == 4
+    assert v["overhead"] == pytest.approx((19 + 21 + 16 + 14) / 16)        # 4.375
+    assert v["overhead_sender"] == pytest.approx(21 / 4) and v["overhead_rest"] == pytest.approx(49 / 12)
+    assert v["overhead_digest"] == pytest.approx((80 - 24) / 16)
+    assert v["overhead_solicit"] == pytest.approx(6 / 16) and v["overhead_repair"] == pytest.approx(8 / 16)
+    assert v["overhead_whole_run"] == pytest.approx(5.875)
+    # a member without the closing edge (it crashed) is left out of the period's mean
+    ev = [e for e in ev if not (e["event"] == "pbcast_counters" and e["node"] == "h3" and e["window"] == "stop")]
+    v = values(make_run(tmp_path / "r2", ev, 4, loss=0.1))
+    assert v["overhead_members"] == 3 and v["overhead"] == pytest.approx((19 + 21 + 16) / 12)
 
 
 def test_first_phase_on_larger_trees_equals_networkx_shortest_paths(tmp_path):
