@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
 setup: system venv docker-engine
 
 system:
@@ -150,6 +150,10 @@ repro-pbcast: setup
 	    --set capture=access --out $(REPRO_OUT)/pbcast-bimodal-tree; done; done
 	$(PY) -m analysis.figures_pbcast_more bimodal $(REPRO_OUT)/pbcast-bimodal/bm* $(REPRO_OUT)/pbcast-bimodal-tree/bm* \
 	  --out $(REPRO_OUT)/results/pbcast-bimodal
+
+# docs/qsm.md's simulator table (deterministic, ~20 s): experiments/qsm_sim_table.py
+repro-qsm-sim: setup
+	$(PY) -m experiments.qsm_sim_table --out docs/results/qsm-sim
 
 repro-qsm: setup
 	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=4,8,12,16 --out $(REPRO_OUT)/qsm-fig9 --no-analyze
