@@ -83,6 +83,8 @@ bench: setup
 # The HyParView paper's Figures 2-4 and Table 1 / Figure 5 (docs/reproduction-hyparview.md): hours on 2 cores;
 # resumable (rerun to continue the sweep; analysed Table 1 runs are not analysed again).
 REPRO_OUT ?= runs/repro
+# a command with the machine's load logged beside it (analysis --load puts each run's into its runs.csv)
+LOGGED = $(PY) -m experiments.busy --loops 0 --load-log $(REPRO_OUT)/load.log --
 repro-hyparview: setup
 	$(ORCH) sweep topologies/hyparview-fig2-sweep.yaml --out $(REPRO_OUT)/hyparview-fig2 --no-analyze
 	@set -e; for seed in 1 2; do for ps in hyparview:hpv cyclon:cyc scamp:scp cyclonacked:cya; do \
@@ -104,52 +106,52 @@ repro-hyparview: setup
 # pbcast's Figures 1 and 12 (docs/reproduction-pbcast.md) and QSM's Figures 9, 12-13, 19-20
 # (docs/reproduction-qsm.md): the commands those pages' numbers came from; resumable.
 repro-pbcast: setup
-	$(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1q --no-analyze --repetitions 2 \
+	$(LOGGED) $(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1q --no-analyze --repetitions 2 \
 	  --only protocol=tradvsync --only p=0 --only p=0.1 --only p=0.3 --only p=0.5
-	$(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1q --no-analyze --repetitions 2 \
+	$(LOGGED) $(ORCH) sweep topologies/pbcast-fig1-sweep.yaml --out $(REPRO_OUT)/pbcast-fig1q --no-analyze --repetitions 2 \
 	  --only protocol=vsync --only nodes=32 --only p=0 --only p=0.1 --only p=0.3 --only p=0.5
-	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1q --out $(REPRO_OUT)/results/pbcast-fig1q
+	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1q --out $(REPRO_OUT)/results/pbcast-fig1q --load $(REPRO_OUT)/load.log
 	@set -e; for s in 1 2; do \
 	  for v in 8:0:0 8:30:0.3 32:0:0 32:30:0.3; do n=$${v%%:*}; pc=$${v#*:}; pc=$${pc%:*}; \
-	    ls -d $(REPRO_OUT)/pbcast-fig1-iso/s$$s/f1-tv$$n-$$pc-* >/dev/null 2>&1 || $(ORCH) run topologies/pbcast-fig1.yaml \
+	    ls -d $(REPRO_OUT)/pbcast-fig1-iso/s$$s/f1-tv$$n-$$pc-* >/dev/null 2>&1 || $(LOGGED) $(ORCH) run topologies/pbcast-fig1.yaml \
 	      --set protocol=tradvsync --set rate=100 --set members=$$n --set p=$${v##*:} --set seed=$$s \
 	      --out $(REPRO_OUT)/pbcast-fig1-iso/s$$s; done; \
-	  ls -d $(REPRO_OUT)/pbcast-fig1-iso/s$$s/f1-tv16-50-* >/dev/null 2>&1 || $(ORCH) run topologies/pbcast-fig1.yaml \
+	  ls -d $(REPRO_OUT)/pbcast-fig1-iso/s$$s/f1-tv16-50-* >/dev/null 2>&1 || $(LOGGED) $(ORCH) run topologies/pbcast-fig1.yaml \
 	    --set protocol=tradvsync --set buffer=20 --set members=16 --set p=0.5 --set seed=$$s --out $(REPRO_OUT)/pbcast-fig1-iso/s$$s; \
-	  ls -d $(REPRO_OUT)/pbcast-fig1-iso/s$$s/f1-vs16-90-* >/dev/null 2>&1 || $(ORCH) run topologies/pbcast-fig1.yaml \
+	  ls -d $(REPRO_OUT)/pbcast-fig1-iso/s$$s/f1-vs16-90-* >/dev/null 2>&1 || $(LOGGED) $(ORCH) run topologies/pbcast-fig1.yaml \
 	    --set protocol=vsync --set members=16 --set p=0.9 --set seed=$$s --out $(REPRO_OUT)/pbcast-fig1-iso/s$$s; done
-	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1-iso/s*/f1-* --out $(REPRO_OUT)/results/pbcast-fig1-iso
-	$(ORCH) sweep topologies/pbcast-table2-sweep.yaml --out $(REPRO_OUT)/pbcast-table2 --no-analyze
+	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig1-iso/s*/f1-* --out $(REPRO_OUT)/results/pbcast-fig1-iso --load $(REPRO_OUT)/load.log
+	$(LOGGED) $(ORCH) sweep topologies/pbcast-table2-sweep.yaml --out $(REPRO_OUT)/pbcast-table2 --no-analyze
 	@set -e; for k in 1 2 3 4; do ls -d $(REPRO_OUT)/pbcast-table2-defer/t2-k$$k-d50ms-* >/dev/null 2>&1 || \
-	  $(ORCH) run topologies/pbcast-table2.yaml --set k=$$k --set defer=50ms --out $(REPRO_OUT)/pbcast-table2-defer; done
+	  $(LOGGED) $(ORCH) run topologies/pbcast-table2.yaml --set k=$$k --set defer=50ms --out $(REPRO_OUT)/pbcast-table2-defer; done
 	$(PY) -m analysis.figures_pbcast_more table2 $(REPRO_OUT)/pbcast-table2 $(REPRO_OUT)/pbcast-table2-defer/t2-* \
-	  --out $(REPRO_OUT)/results/pbcast-table2
-	$(ORCH) sweep topologies/pbcast-fig4-sweep.yaml --out $(REPRO_OUT)/pbcast-fig4 --no-analyze
+	  --out $(REPRO_OUT)/results/pbcast-table2 --load $(REPRO_OUT)/load.log
+	$(LOGGED) $(ORCH) sweep topologies/pbcast-fig4-sweep.yaml --out $(REPRO_OUT)/pbcast-fig4 --no-analyze
 	@set -e; for s in 1 2 3; do for n in 64 128; do ls -d $(REPRO_OUT)/pbcast-fig4-packed/s$$s/f4-pb$$n-p16-* >/dev/null 2>&1 || \
-	  $(ORCH) run topologies/pbcast-fig4.yaml --set members=$$n --set packing=16 --set seed=$$s \
+	  $(LOGGED) $(ORCH) run topologies/pbcast-fig4.yaml --set members=$$n --set packing=16 --set seed=$$s \
 	    --out $(REPRO_OUT)/pbcast-fig4-packed/s$$s; done; done
 	$(PY) -m analysis.figures_pbcast_more fig4 $(REPRO_OUT)/pbcast-fig4 $(REPRO_OUT)/pbcast-fig4-packed/s*/f4-* \
-	  --out $(REPRO_OUT)/results/pbcast-fig4
+	  --out $(REPRO_OUT)/results/pbcast-fig4 --load $(REPRO_OUT)/load.log
 	@set -e; for n in 8 16 32 64 128; do ls -d $(REPRO_OUT)/pbcast-fig4-loss1/f4-pb$$n-p16-* >/dev/null 2>&1 || \
-	  $(ORCH) run topologies/pbcast-fig4.yaml --set members=$$n --set packing=16 --set loss=1% --set seed=1 \
+	  $(LOGGED) $(ORCH) run topologies/pbcast-fig4.yaml --set members=$$n --set packing=16 --set loss=1% --set seed=1 \
 	    --out $(REPRO_OUT)/pbcast-fig4-loss1; done
-	$(PY) -m analysis.figures_pbcast_more fig4 $(REPRO_OUT)/pbcast-fig4-loss1/f4-* --out $(REPRO_OUT)/results/pbcast-fig4-loss1
-	$(ORCH) sweep topologies/pbcast-fig10-sweep.yaml --out $(REPRO_OUT)/pbcast-fig10 --no-analyze
+	$(PY) -m analysis.figures_pbcast_more fig4 $(REPRO_OUT)/pbcast-fig4-loss1/f4-* --out $(REPRO_OUT)/results/pbcast-fig4-loss1 --load $(REPRO_OUT)/load.log
+	$(LOGGED) $(ORCH) sweep topologies/pbcast-fig10-sweep.yaml --out $(REPRO_OUT)/pbcast-fig10 --no-analyze
 	@set -e; for s in 1 2; do for r in 100 25; do ls -d $(REPRO_OUT)/pbcast-fig10-packed/s$$s/f10-vs64p16-r$$r-* \
-	  >/dev/null 2>&1 || $(ORCH) run topologies/pbcast-fig10.yaml --set members=64 --set packing=16 --set rate=$$r \
+	  >/dev/null 2>&1 || $(LOGGED) $(ORCH) run topologies/pbcast-fig10.yaml --set members=64 --set packing=16 --set rate=$$r \
 	    --set seed=$$s --out $(REPRO_OUT)/pbcast-fig10-packed/s$$s; done; done
 	$(PY) -m analysis.figures_pbcast_more fig10 $(REPRO_OUT)/pbcast-fig10 $(REPRO_OUT)/pbcast-fig10-packed/s*/f10-* \
-	  --out $(REPRO_OUT)/results/pbcast-fig10
+	  --out $(REPRO_OUT)/results/pbcast-fig10 --load $(REPRO_OUT)/load.log
 	@set -e; for s in 1 2 3; do for v in none:2:n20 none:0.5:n5 mcast:2:m20; do p=$${v%%:*}; c=$${v#*:}; c=$${c%:*}; \
 	  ls -d $(REPRO_OUT)/pbcast-bimodal/bm32-25$${v##*:}-s$$s-* >/dev/null 2>&1 || \
-	  $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$$p --set gc_c=$$c \
+	  $(LOGGED) $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$$p --set gc_c=$$c \
 	    --out $(REPRO_OUT)/pbcast-bimodal; done; done
 	@set -e; for s in 1 2 3; do for v in tree:silent:t20q none:kill:n20; do p=$${v%%:*}; m=$${v#*:}; m=$${m%:*}; \
 	  ls -d $(REPRO_OUT)/pbcast-bimodal-tree/bm32-25$${v##*:}-s$$s-* >/dev/null 2>&1 || \
-	  $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$$p --set crash_mode=$$m \
+	  $(LOGGED) $(ORCH) run topologies/pbcast-bimodal.yaml --set seed=$$s --set phase=$$p --set crash_mode=$$m \
 	    --set capture=access --out $(REPRO_OUT)/pbcast-bimodal-tree; done; done
 	$(PY) -m analysis.figures_pbcast_more bimodal $(REPRO_OUT)/pbcast-bimodal/bm* $(REPRO_OUT)/pbcast-bimodal-tree/bm* \
-	  --out $(REPRO_OUT)/results/pbcast-bimodal
+	  --out $(REPRO_OUT)/results/pbcast-bimodal --load $(REPRO_OUT)/load.log
 
 # docs/qsm.md's simulator table (deterministic, ~20 s): experiments/qsm_sim_table.py
 repro-qsm-sim: setup
