@@ -63,6 +63,9 @@ class Adapter:
     # warnings for a schedule that needs a way back into the group (`comebacks`: "heals a partition", "restarts
     # members", "joins members") that these parameters do not give; the run's manifest and report carry them
     schedule_warnings: Callable[[dict[str, Any], list[str]], list[str]] = lambda params, _comebacks: []
+    # warnings for a schedule that changes who is in the group (`changes`: "crashes members", "restarts members",
+    # "joins members") where the protocol's membership cannot follow; the manifest and report carry them too
+    membership_warnings: Callable[[dict[str, Any], list[str]], list[str]] = lambda params, _changes: []
     # the IP multicast groups the protocol needs that the experiment does not declare, from the node parameters
     # (defaults included) and the members: [{name, members, senders}] (addresses are assigned by the plan)
     multicast_groups: Callable[[dict[str, Any], GroupContext], list[dict[str, Any]]] = lambda params, _ctx: []
@@ -157,7 +160,12 @@ def _section_model() -> type[BaseModel]:
 
         def schedule_warnings(self, actions: list[str]) -> list[str]:
             """What the protocol's adapter says of a schedule with these actions (in order) that brings members
-            back (a heal after a partition, a restart, a join) with these parameters."""
+            back (a heal after a partition, a restart, a join) or changes who is in the group (a crash, a restart,
+            a join) with these parameters."""
+            adapter = ADAPTERS.get(self.name, Adapter())
+            changes = [w for a, w in (("crash", "crashes members"), ("restart", "restarts members"),
+                                      ("join", "joins members")) if a in actions]
+            out = adapter.membership_warnings(self._given(), changes) if changes else []
             comebacks: list[str] = []
             cut = False
             for a in actions:
@@ -166,8 +174,8 @@ def _section_model() -> type[BaseModel]:
                     comebacks.append("heals a partition")
             comebacks += [w for a, w in (("restart", "restarts members"), ("join", "joins members")) if a in actions]
             if not comebacks:
-                return []
-            return ADAPTERS.get(self.name, Adapter()).schedule_warnings(self._given(), comebacks)
+                return out
+            return out + adapter.schedule_warnings(self._given(), comebacks)
 
         def _given(self) -> dict[str, Any]:
             """The parameters the file gives (experiment keys, validated values), defaults left out."""

@@ -22,3 +22,25 @@ def test_ids_are_checked():
 def test_names_are_left_to_the_node_model():
     params = {"groups": [{"name": "a", "members": ["h0", "h9"]}]}
     assert ADAPTER.to_node(dict(params), Context(members=4, seed=1)) == params
+
+
+@pytest.mark.parametrize("schedule, warned", [
+    ("[{at: 2s, action: crash, nodes: [h3]}]", "crashes members"),
+    ("[{at: 2s, action: crash, nodes: [h3]}, {at: 4s, action: restart, crashed: true}]",
+     "crashes members and restarts members"),
+    ("[{at: 2s, action: partition, subtree: h2}, {at: 4s, action: heal}]", None),     # nobody leaves the group
+    ("[]", None),
+])
+def test_a_schedule_that_changes_the_group_is_warned_about(schedule, warned):
+    # The experiment file is QSM's membership for the whole run (no GMS): a crash, restart or join is a warning
+    # in the run's manifest and report (runner: protocol.schedule_warnings), never silent.
+    from orchestrator.spec import parse_experiment
+    exp = parse_experiment("topology: {kind: tree, nodes: 6, degree: 2}\nprotocol:\n  qsm:\n"
+                           "    groups: [{name: a, members: all}]\n    partition_size: 2\n"
+                           f"workload: {{senders: [h0], rate_per_s: 5}}\nduration: 8s\nschedule: {schedule}\n")
+    actions = [a["action"] for a in exp.schedule]
+    got = exp.protocol.schedule_warnings(actions)
+    if warned is None:
+        assert got == []
+    else:
+        assert len(got) == 1 and got[0].startswith(f"the schedule {warned}, but QSM's membership is static"), got
