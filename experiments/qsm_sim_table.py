@@ -1,7 +1,7 @@
-"""docs/qsm.md's simulator table, regenerated: QSM on the seeded simulator (tests/node/qsm_sim.py) with qsm-small's settings
-(24 members, groups a = 0-15 and b = 8-23, R = 3, a token every 0.5 s, senders 0 and 20 offering 20/s for 30 s
-with rate control, λ = 0.2, k = 3, μ_min = 5, cap 60; one-way latency 2-12 ms; each multicast copy lost
-independently), at 1 % and 5 % loss, seeds 1-3. Deterministic: the same code writes the same files.
+"""docs/qsm.md's simulator table, regenerated: QSM on the seeded simulator (tests/node/qsm_sim.py) with
+qsm-small's settings (24 members, groups a = 0-15 and b = 8-23, R = 3, a token every 0.5 s, senders 0 and 20
+offering 20/s for 30 s with rate control, λ = 0.2, k = 3, μ_min = 5, cap 60; one-way latency 2-12 ms; each
+multicast copy lost independently), at 1 % and 5 % loss, seeds 1-3. Deterministic: the same code writes the same files.
 
     .venv/bin/python -m experiments.qsm_sim_table --out docs/results/qsm-sim      (make repro-qsm-sim)
 
@@ -39,18 +39,19 @@ def run(loss: float, seed: int) -> dict:
     want = Counter((m, o, s) for (o, s), g in sent.items() for m in GROUPS[g] if m != o)
     rec = [e.fields for _, e in sim.of("recovered")]
     lats = [r["latency"] for r in rec if r["latency"] is not None]
-    acks = [e.fields for i, e in sim.of("ack_received")]
+    acks = [e.fields for _, e in sim.of("ack_received")]
     acked = sum(a["acked"] for a in acks)
     control = sum(v for k, v in sim.sent.items() if k.split(":")[1] not in DATA_TYPES)
     how = Counter(r["how"] for r in rec)
     tok = SETTINGS["token_interval_s"]
     snaps = [n.snapshot() for n in sim.nodes.values()]
     ack_mean = sum(a["latency_sum"] for a in acks) / acked if acked else None
+    receipts, rec_mean = sum(got.values()), statistics.fmean(lats)
     return {
-        "loss": loss, "seed": seed, "packets": len(sent), "receipts": sum(got.values()), "recovered": len(rec),
-        "recovered_rate": len(rec) / sum(got.values()), "push": how["push"], "pull": how["pull"],
-        "retransmit": how["retransmit"], "recovery_mean_s": statistics.fmean(lats),
-        "recovery_median_s": statistics.median(lats), "recovery_rounds": statistics.fmean(lats) / tok,
+        "loss": loss, "seed": seed, "packets": len(sent), "receipts": receipts, "recovered": len(rec),
+        "recovered_rate": len(rec) / receipts, "push": how["push"], "pull": how["pull"],
+        "retransmit": how["retransmit"], "recovery_mean_s": rec_mean,
+        "recovery_median_s": statistics.median(lats), "recovery_rounds": rec_mean / tok,
         "ack_mean_s": ack_mean, "ack_rounds": ack_mean / tok if ack_mean is not None else None,
         "pull_delayed": sum(n.counters["pull_delayed"] for n in sim.nodes.values()),
         "control_share": control / sum(sim.sent.values()), "exactly_once": got == want,

@@ -162,10 +162,10 @@ def _section_model() -> type[BaseModel]:
             """What the protocol's adapter says of a schedule with these actions (in order) that brings members
             back (a heal after a partition, a restart, a join) or changes who is in the group (a crash, a restart,
             a join) with these parameters."""
-            adapter = ADAPTERS.get(self.name, Adapter())
+            adapter, given = ADAPTERS.get(self.name, Adapter()), self._given()
             changes = [w for a, w in (("crash", "crashes members"), ("restart", "restarts members"),
                                       ("join", "joins members")) if a in actions]
-            out = adapter.membership_warnings(self._given(), changes) if changes else []
+            out = adapter.membership_warnings(given, changes) if changes else []
             comebacks: list[str] = []
             cut = False
             for a in actions:
@@ -175,7 +175,7 @@ def _section_model() -> type[BaseModel]:
             comebacks += [w for a, w in (("restart", "restarts members"), ("join", "joins members")) if a in actions]
             if not comebacks:
                 return out
-            return out + adapter.schedule_warnings(self._given(), comebacks)
+            return out + adapter.schedule_warnings(given, comebacks)
 
         def _given(self) -> dict[str, Any]:
             """The parameters the file gives (experiment keys, validated values), defaults left out."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from orchestrator import lab as labmod
 from orchestrator.backends.registry import get_backend
 from orchestrator.backends.netns import NETNS_DIR
+from orchestrator.mcast.probe import lower_quartile
 from orchestrator.state import load_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,8 +134,7 @@ def typical(samples: list[float]) -> float:
     on 2026-11-28 a loaded full run measured pings through 5 ms that took 5.4-11.8 ms, median 9.0 ms, the delay
     line's hold error staying small. A delay line late or early by more than the bounds moves this quartile as it
     moves the median; the machine's stretch does not, until it holds most samples."""
-    ordered = sorted(samples)
-    return ordered[(len(ordered) - 1) // 4]
+    return lower_quartile(samples)
 
 
 def runs_together(calls: dict[str, tuple], tmp: Path) -> dict[str, Future]:
@@ -157,7 +157,8 @@ UDP_TIMED_RECEIVER = textwrap.dedent("""
     s.bind(("0.0.0.0", int(sys.argv[3]) if len(sys.argv) > 3 else 9999))
     kernel = sys.argv[4:5] == ["kernel"]     # the kernel's receive stamp (SO_TIMESTAMPNS, CLOCK_REALTIME)
     if kernel:
-        s.setsockopt(socket.SOL_SOCKET, 35, 1)
+        from orchestrator.mcast.mcprobe import SO_TIMESTAMPNS, kernel_stamp
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     print("bound", flush=True)
     idle, total = float(sys.argv[1]), float(sys.argv[2])
     out, t0, last = [], time.monotonic(), None
@@ -168,10 +169,8 @@ UDP_TIMED_RECEIVER = textwrap.dedent("""
         except socket.timeout:
             continue
         last = at = time.monotonic()
-        for level, kind, c in anc:
-            if kernel and level == socket.SOL_SOCKET and kind == 35:
-                sec, nsec = struct.unpack_from("@qq", c)
-                at = sec + nsec / 1e9 - (time.time() - time.monotonic())   # to CLOCK_MONOTONIC
+        if kernel:
+            at = kernel_stamp(anc) - (time.time() - time.monotonic())   # to CLOCK_MONOTONIC
         seq, ts = struct.unpack_from("!Id", data)
         out.append((seq, at - ts))  # CLOCK_MONOTONIC is one clock for every namespace
     print(json.dumps(out), flush=True)
