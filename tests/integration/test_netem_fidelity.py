@@ -115,8 +115,13 @@ def test_netem_jitter_quantiles_and_fifo(tmp_path, state_dir):
                                               ("h1", "h0", 4 * n, 0.030 / 4), ("h2", "h0", 4 * n, 0.030 / 4)])
         measured = {"h1": (flows[0], flows[2]), "h2": (flows[1], flows[3])}
         # Densely spaced (1 ms, under the jitter's range): netem keeps the order (the root netem's nominal rate,
-        # render.netem_stages), as the delay line does. Then the roots without it, as rendered before, for the record.
-        dense = lab_timed_flows(state, plan, [("h0", m, 300, 0.001) for m in dists])
+        # render.netem_stages), as the delay line does; beside each, the same flow back on the unjittered direction:
+        # the VM's own reordering (a busy host preempts a vCPU with a packet in its receive backlog while the other
+        # delivers later ones: 1 inversion in 6 flows on an unjittered path beside two busy loops, none quiet;
+        # docs/results/netem/fifo-under-load-2026-11-29.log). Then the roots without the rate, as rendered before.
+        both = lab_timed_flows(state, plan, [("h0", m, 300, 0.001) for m in dists]
+                               + [(m, "h0", 300, 0.001) for m in dists])
+        dense, back = both[:len(dists)], both[len(dists):]
         for m, dev in devs.items():
             root = ["delay", "25ms", "5ms", *(["distribution", "normal"] if dists[m] == "normal" else []),
                     "limit", "100000"]
@@ -141,18 +146,22 @@ def test_netem_jitter_quantiles_and_fifo(tmp_path, state_dir):
                      f"{statistics.median(noise) * 1e3:.2f} ms",
                      f"quantiles {', '.join(f'p{p * 100:g}' for p in levels)} within the draw's 4-sigma band + "
                      "the reference's noise", not bad[m])
+    # The VM's own reordering is rare (0 or 1 inversion in 300) and comes singly: a FIFO rendering may show the
+    # reference's count + 1 % of the packets; one that jitters without the order showed 122-142 (every VM run).
     order = {}
-    for (m, dist), now, old in zip(dists.items(), dense, before):
-        inv, inv_old = inversions([x[0] for x in now]), inversions([x[0] for x in old])
-        print(f"netem {dist} jitter, 300 packets 1 ms apart: {inv} inversions; without the root's rate (the "
-              f"rendering before): {inv_old}")
-        order[m] = (inv, len(now), inv_old)
+    for (m, dist), now, ref, old in zip(dists.items(), dense, back, before):
+        inv, inv_ref, inv_old = (inversions([x[0] for x in f]) for f in (now, ref, old))
+        allowed = inv_ref + 3
+        print(f"netem {dist} jitter, 300 packets 1 ms apart: {inv} inversions (the unjittered way back: {inv_ref}); "
+              f"without the root's rate (the rendering before): {inv_old}")
+        order[m] = (inv <= allowed and len(now) == 300, inv, allowed, len(now), inv_old)
         fidelity_row(f"jitter, {dist}: order of 300 packets 1 ms apart", "jitter keeps FIFO (as the delay line)",
-                     f"{inv} inversions, {len(now)} delivered (the rendering before: {inv_old} inversions)",
-                     "0 inversions, 300 delivered", inv == 0 and len(now) == 300)
+                     f"{inv} inversions, {len(now)} delivered; the unjittered way back: {inv_ref} (the rendering "
+                     f"before: {inv_old} inversions)", "the way back's inversions + 3 (the VM's own reordering), "
+                     "300 delivered", order[m][0])
     assert not any(bad.values()), bad
-    assert all(o[2] > 0 for o in order.values()), ("the dense flows cannot tell FIFO from reordering", order)
-    assert all(o[:2] == (0, 300) for o in order.values()), order
+    assert all(o[4] > 10 * o[2] for o in order.values()), ("the dense flows cannot tell FIFO from reordering", order)
+    assert all(o[0] for o in order.values()), order
 
 
 def test_netem_asymmetric_directions_a_subtree_override_partition_and_heal(tmp_path, state_dir):
