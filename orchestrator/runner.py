@@ -27,7 +27,7 @@ from orchestrator.nodeconfig import node_configs
 from orchestrator import runschema as schema
 from orchestrator.plan import NetworkPlan, build_plan
 from orchestrator.rundir import RunDir, check_out_dir, new_run_id, versions
-from orchestrator.schedule import Op, OpKind, Timeline, check_supported, expand, parse_schedule
+from orchestrator.schedule import Op, OpKind, Timeline, check_supported, expand, parse_schedule, with_gms
 from orchestrator.shaping import shapers
 from orchestrator.shaping.params import DirParams
 from orchestrator.source import FieldError
@@ -96,6 +96,8 @@ DISPATCH: dict[OpKind, Callable[[NodeDriver, Op], dict]] = {
     OpKind.LINK_RESTORE: _links,
     OpKind.WORKLOAD_START: lambda d, op: d.control_senders({"cmd": "workload", "op": "start"}),
     OpKind.WORKLOAD_STOP: lambda d, op: d.control_senders({"cmd": "workload", "op": "stop"}),
+    OpKind.GMS_VIEW: lambda d, op: d.control_members({"cmd": "gms_view", "removals": [list(r) for r in op.params[0]]},
+                                                     skip=op.params[1]),
 }
 assert set(DISPATCH) == set(OpKind)
 
@@ -294,6 +296,9 @@ def plan_run(experiment_path: str | Path, opts: RunOptions, variables: dict | No
         exp, plan, lab_name, built = prep.experiment, prep.plan, prep.lab, True
         backend = get_backend(opts.backend, **(opts.backend_options or {}))
     timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
+    detect = exp.protocol.gms_detect_s() if exp.protocol is not None else None
+    if detect is not None:      # the orchestrator is the protocol's membership service: views follow the crashes
+        timeline = with_gms(timeline, plan, detect, exp.duration_s)
     dcls = backend.driver_class
     try:
         check_supported(timeline, dcls.OPS, backend.name, dcls.WHY_UNSUPPORTED, dcls.can_isolate(backend))

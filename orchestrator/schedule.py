@@ -50,6 +50,7 @@ class OpKind(StrEnum):
     LINK_RESTORE = "link_restore"
     WORKLOAD_START = "workload_start"
     WORKLOAD_STOP = "workload_stop"
+    GMS_VIEW = "gms_view"           # the membership service's next view (with_gms): params the removals so far
 
 
 LINK_OPS = frozenset({OpKind.LINK_SET, OpKind.LINK_CUT, OpKind.LINK_RESTORE})
@@ -139,7 +140,7 @@ class Crash(_Nodes):
 
     action: Literal["crash"]
     mode: Literal["kill", "silent"] = "kill"
-    OPS = frozenset({OpKind.CRASH})
+    OPS = frozenset({OpKind.CRASH, OpKind.GMS_VIEW})    # the view after it, for a protocol with a GMS (with_gms)
 
     def expand(self, i, x):
         targets = x.draw(i, self, x.alive)
@@ -384,6 +385,41 @@ def expand(actions: list[_Action], plan: NetworkPlan, duration_s: float, seed: i
         a.expand(i, x)
     x.ops.sort()
     return Timeline(actions=actions, ops=x.ops, joiners=x.joiners)
+
+
+def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s: float) -> Timeline:
+    """The timeline with the views of a group membership service the orchestrator plays (a protocol adapter's
+    `gms_detect_s`: QSM's GMS, §2.1 of its paper, "listens to ... messages from a failure detector"): each crash
+    is followed, `detect_s` later (the failure detector's delay), by a GMS_VIEW op without the members it
+    crashed, from the same schedule entry. Its params: every view's removals so far, as member ids (the node
+    installs the ones it has not, in order), and the members down by then (crashed, not restarted), whom the
+    view is not sent to. A view due after the run's end is not announced; a crash of a member that a view already
+    removed (crashed before, restarted since) removes nobody new."""
+    ids = {m.name: i for i, m in enumerate(plan.members)}
+    removals: list[list[int]] = []
+    removed: set[int] = set()
+    crashes = []
+    for op in timeline.ops:
+        if op.kind != OpKind.CRASH:
+            continue
+        new = sorted(ids[n] for n in op.targets if ids[n] not in removed)
+        if new and op.t + detect_s <= duration_s:
+            removed.update(new)
+            removals.append(new)
+            crashes.append((op.t + detect_s, op, tuple(tuple(r) for r in removals)))
+    extra = []
+    for t, crash, views in crashes:
+        down: set[str] = set()
+        for op in timeline.ops:          # who is down at t: crashed and not started since
+            if op.t > t:
+                break
+            if op.kind == OpKind.CRASH:
+                down.update(op.targets)
+            elif op.kind == OpKind.START:
+                down.difference_update(op.targets)
+        extra.append(Op(t=t, seq=len(timeline.ops) + len(extra), kind=OpKind.GMS_VIEW, index=crash.index,
+                        targets=crash.targets, params=(views, tuple(sorted(down)))))
+    return Timeline(actions=timeline.actions, ops=sorted(timeline.ops + extra), joiners=timeline.joiners)
 
 
 def check_supported(timeline: Timeline, supported: frozenset[OpKind], backend: str, why: str = "",

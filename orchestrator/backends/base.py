@@ -188,6 +188,11 @@ class NodeDriver(ABC):
     def control_senders(self, request: dict) -> dict[str, dict]:
         """Send a control request to every running sender (the workload)."""
 
+    @abstractmethod
+    def control_members(self, request: dict, skip: tuple[str, ...] = ()) -> dict[str, dict]:
+        """Send a control request to every running member but `skip` (a membership service's view); returns the
+        members that did not take it, {name: {"ok": False, "error": ...}} (one paused, or ended meanwhile)."""
+
     def set_link(self, link_id: str, direction: str, params: DirParams | None) -> dict[str, dict]:
         self.backend.set_link(self.ctx.state, self.ctx.plan, link_id, direction, params)
         return {}

@@ -54,6 +54,11 @@ class FakeDriver(NodeDriver):
         self.calls.append(("control", tuple(senders), request["op"]))
         return {}
 
+    def control_members(self, request: dict, skip: tuple[str, ...] = ()) -> dict[str, dict]:
+        running = [m for m in self.configs if self.nodes.get(m) == "running" and m not in skip]
+        self.calls.append(("control_members", tuple(running), request["cmd"]))
+        return {}
+
     def alive(self) -> int:
         return sum(1 for s in self.nodes.values() if s != "dead")
 

@@ -180,6 +180,19 @@ class LocalDriver(NodeDriver):
                 self._request(name, request)
         return {}
 
+    def control_members(self, request: dict, skip: tuple[str, ...] = ()) -> dict[str, dict]:
+        from gossipnode import control
+
+        failed = {}
+        for name in self.configs:
+            p = self.nodes.get(name) if name not in skip else None
+            if p is not None and p.poll() is None:
+                try:
+                    self._request(name, request)
+                except control.ControlError as exc:
+                    failed[name] = {"ok": False, "error": str(exc)}
+        return failed
+
     def alive(self) -> int:
         return sum(1 for p in self.nodes.values() if p.poll() is None)
 

@@ -203,6 +203,11 @@ class PackedDriver(LocalDriver):
                 self._request(name, request)
         return {}
 
+    def control_members(self, request: dict, skip: tuple[str, ...] = ()) -> dict[str, dict]:
+        targets = [n for n in self.configs if n not in skip and self.status.get(n) in (RUNNING, PAUSED)
+                   and (pack := self.pack_of.get(n)) is not None and pack.proc.poll() is None]
+        return {n: r for n in targets if not (r := self._call(n, request))["ok"]}
+
     def alive(self) -> int:
         """Members running or paused (a paused process is alive too) in a running pack."""
         return sum(1 for m, s in self.status.items() if s != CRASHED and self.pack_of[m].proc.poll() is None)

@@ -26,7 +26,7 @@ from orchestrator.schedule import OpKind
 
 class HostsDriver(NodeDriver):
     OPS = frozenset({OpKind.CRASH, OpKind.START, OpKind.STOP_SIGNAL, OpKind.CONT_SIGNAL,
-                     OpKind.WORKLOAD_START, OpKind.WORKLOAD_STOP})
+                     OpKind.WORKLOAD_START, OpKind.WORKLOAD_STOP, OpKind.GMS_VIEW})
     WHY_UNSUPPORTED = "link actions: the links between real hosts are the real network"
     COMMON_START = False
 
@@ -113,6 +113,10 @@ class HostsDriver(NodeDriver):
     def control_senders(self, request: dict) -> dict[str, dict]:
         senders = [m for m, c in self.configs.items() if c["senders"] and c["id"] in c["senders"]]
         return self.sessions.each(senders, {"op": "control", "request": request})
+
+    def control_members(self, request: dict, skip: tuple[str, ...] = ()) -> dict[str, dict]:
+        replies = self.sessions.each([m for m in self.configs if m not in skip], {"op": "control", "request": request})
+        return {m: r for m, r in replies.items() if not r.get("ok")}
 
     def check(self) -> None:
         return None

@@ -69,6 +69,10 @@ class Adapter:
     # the IP multicast groups the protocol needs that the experiment does not declare, from the node parameters
     # (defaults included) and the members: [{name, members, senders}] (addresses are assigned by the plan)
     multicast_groups: Callable[[dict[str, Any], GroupContext], list[dict[str, Any]]] = lambda params, _ctx: []
+    # a protocol whose group membership service the orchestrator plays (QSM's GMS): from the node parameters
+    # (defaults included), how long after a crash the view without the crashed members is announced (the failure
+    # detector's delay; schedule.with_gms), or None for no GMS
+    gms_detect_s: Callable[[dict[str, Any]], float | None] = lambda params: None
 
 
 def _adapters() -> dict[str, Adapter]:
@@ -191,6 +195,13 @@ def _section_model() -> type[BaseModel]:
             _, renames = SECTIONS[self.name]
             params = {renames.get(k, k): v for k, v in section.model_dump(mode="json").items()}
             return adapter.multicast_groups(params, ctx)
+
+        def gms_detect_s(self) -> float | None:
+            """The adapter's `gms_detect_s` from every node parameter (defaults included)."""
+            section: BaseModel = getattr(self, self.name)
+            _, renames = SECTIONS[self.name]
+            params = {renames.get(k, k): v for k, v in section.model_dump(mode="json").items()}
+            return ADAPTERS.get(self.name, Adapter()).gms_detect_s(params)
 
         def node_params(self, ctx: Context) -> dict[str, Any]:
             """The node config's `protocol` section: {name, ...node fields}."""

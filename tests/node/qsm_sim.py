@@ -6,7 +6,9 @@ config lists the group. TCP streams (`Output.stream`: the token, push, pull, NAK
 per pair of members, after the same latency. All randomness comes from the seed.
 
 `drop(src, dst, msg)`, if set, loses the UDP/multicast copies it returns True for (hand-worked tests); `after(sim)`,
-if set, runs after every delivered message and timer (to check an invariant at every step).
+if set, runs after every delivered message and timer (to check an invariant at every step). `crash(i)` stops a
+member silently (what reaches it is lost, its timers never fire); `gms_remove(ids, spread)` is the GMS's next view
+without those members, reaching every other running member at its own moment within `spread` seconds.
 """
 from __future__ import annotations
 
@@ -76,6 +78,8 @@ class Sim:
         self.lost: Counter[str] = Counter()
         self.drop: Callable[[int, int, Any], bool] | None = None
         self.after: Callable[[Sim], None] | None = None
+        self.crashed: set[int] = set()
+        self.view = 0
         for i, node in self.nodes.items():
             self._emit(i, node.startup)
             self._timer(i)
@@ -124,6 +128,14 @@ class Sim:
         while self.queue and self.queue[0][0] <= t:
             at, _, kind, payload = heapq.heappop(self.queue)
             self.now = at
+            if kind == "view":
+                i, removed = payload
+                if i not in self.crashed:
+                    self._emit(i, self.nodes[i].view_change(removed, at))
+                    self._timer(i)
+                continue
+            if payload[0] in self.crashed:
+                continue
             if kind == "tick":
                 i, due = payload
                 node = self.nodes[i]
@@ -140,6 +152,14 @@ class Sim:
             if self.after is not None:
                 self.after(self)
         self.now = t
+
+    def crash(self, i: int) -> None:
+        self.crashed.add(i)
+
+    def gms_remove(self, removed: list[int], spread: float = 0.0) -> None:
+        self.view += 1
+        for i in sorted(self.nodes):      # a crashed member never sees it (run_until)
+            self._push(self.now + self.rng.uniform(0, spread), "view", (i, list(removed)))
 
     def control(self, i: int, active: bool) -> None:
         self._emit(i, self.nodes[i].set_workload(active, self.now))

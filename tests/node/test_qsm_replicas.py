@@ -103,7 +103,7 @@ def test_six_members_two_packets_who_frees_and_who_pulls_when():
 
     def watch(s: Sim) -> None:      # who holds rseq 2 when the sender frees it
         if s.nodes[0].rseq[0] >= 2 and 2 not in s.nodes[0].buffer[0] and "free2" not in holds:
-            holds["free2"] = {m: 2 in n.cache[0] or n.recv[0].r >= 2 for m, n in s.nodes.items()}
+            holds["free2"] = {m: 2 in n.cur.cache[0] or n.cur.recv[0].r >= 2 for m, n in s.nodes.items()}
     sim.after = watch
     sim.run_until(8.5)
 
@@ -155,9 +155,9 @@ class FreeWatch:
                 self.frees += 1
                 for c in region.partitions[region.caching_partition(rseq)]:
                     rep = sim.nodes[c]
-                    if rseq not in rep.cache[i] and rseq > rep.purged[i]:
+                    if rseq not in rep.cur.cache[i] and rseq > rep.cur.purged[i]:
                         self.violations.append((i, rseq, c, ridx))
-                if any(rseq > sim.nodes[m].recv[i].r and rseq not in sim.nodes[m].recv[i].ahead
+                if any(rseq > sim.nodes[m].cur.recv[i].r and rseq not in sim.nodes[m].cur.recv[i].ahead
                        for m in region.members):
                     self.early += 1
             self.last[(i, ridx)] = now

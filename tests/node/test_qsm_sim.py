@@ -69,7 +69,7 @@ def test_caching_partition_holds_a_packet_until_stable():
     sim.run_until(2.0)
     node = sim.nodes[0]
     region = node.region
-    cached = {i: set(n.cache[0]) for i, n in sim.nodes.items() if 0 in n.cache}
+    cached = {i: set(n.cur.cache[0]) for i, n in sim.nodes.items() if 0 in n.cur.cache}
     for i, rseqs in cached.items():     # only the packet's caching partition holds it
         assert all(sim.nodes[i].region.caches(i, s) for s in rseqs)
     assert any(cached.values())

@@ -273,3 +273,26 @@ def test_a_gsgc_schedule_that_brings_members_back_without_rejoin_is_warned_about
     else:
         assert len(warnings) == 1 and warned in warnings[0] and "no rejoin_probe_steps" in warnings[0]
         assert f"WARNING: {warnings[0]}" in log
+
+
+def test_a_crash_in_a_qsm_run_is_followed_by_the_gms_view_to_the_running_members(tmp_path, monkeypatch):
+    # the orchestrator plays QSM's GMS: failure_detection_s after the crash every running member gets the view
+    # without the crashed one (schedule.with_gms; the node installs it: tests/node/test_qsm_views.py)
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake"}))
+    text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
+            "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
+            "failure_detection: 0.5s}}\n"
+            "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n"
+            "schedule:\n  - {at: 0.5s, action: crash, nodes: [h3]}\n")
+    run_dir = run(_write(tmp_path, text), RunOptions(backend="fake", out=tmp_path / "runs"))
+    applied = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()
+               if json.loads(x)["event"] == "action_applied"]
+    assert [(a["op"], a["planned_s"], a["targets"]) for a in applied] == [("crash", 0.5, ["h3"]),
+                                                                          ("gms_view", 1.0, ["h3"])]
+    (sent,) = [c for c in calls if c[0] == "control_members"]
+    assert sent[2] == "gms_view" and "h3" not in sent[1] and len(sent[1]) == 6
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert not [w for w in m.get("warnings", []) if "QSM" in w]

@@ -3,7 +3,7 @@ import pytest
 
 from orchestrator.errors import SpecError
 from orchestrator.plan import build_plan
-from orchestrator.schedule import PERTURB_INTERVAL_S, expand, parse_schedule
+from orchestrator.schedule import PERTURB_INTERVAL_S, OpKind, expand, parse_schedule, with_gms
 from orchestrator.spec import parse_experiment
 
 PLAN = build_plan(parse_experiment("topology: {kind: tree, nodes: 40, degree: 4, members: {count: 20, seed: 3}}\n"))
@@ -74,6 +74,24 @@ def test_links_partition_heal():
     assert tl.ops[0].kind == "link_cut" and set(tl.ops[0].links) == {(lid, "down"), (lid, "up")}
     assert tl.ops[1].links == ((lid, "up"),) and tl.ops[1].params.loss == "5%"
     assert tl.ops[2].kind == "link_restore" and set(tl.ops[2].links) == {(lid, "down"), (lid, "up")}
+
+
+def test_a_membership_service_announces_a_view_after_each_crash():
+    # crashes at 10 s (two members) and 20 s, a restart at 30 s, the first pair crashed again at 35 s (nobody new),
+    # one at 59.5 s (its view would come after the end); the failure detector takes 1.5 s
+    a, b, c = MEMBERS[2], MEMBERS[5], MEMBERS[7]
+    tl = with_gms(timeline([{"at": 10, "action": "crash", "nodes": [a, b]},
+                            {"at": 20, "action": "crash", "nodes": [c]},
+                            {"at": 30, "action": "restart", "nodes": [a, b]},
+                            {"at": 35, "action": "crash", "nodes": [a]},
+                            {"at": 59.5, "action": "crash", "nodes": [MEMBERS[9]]}]), PLAN, 1.5, 60.0)
+    views = [o for o in tl.ops if o.kind == OpKind.GMS_VIEW]
+    assert [(o.t, o.index, o.targets) for o in views] == [(11.5, 0, (a, b)), (21.5, 1, (c,))]
+    # each carries every view's removals so far (member ids: plan order) and who is down then (not sent to)
+    assert views[0].params == (((2, 5),), tuple(sorted((a, b))))
+    assert views[1].params == (((2, 5), (7,)), tuple(sorted((a, b, c))))
+    assert [o.kind for o in tl.ops].count(OpKind.CRASH) == 4 and tl.ops == sorted(tl.ops)
+    assert with_gms(timeline([]), PLAN, 1.0, 60.0).ops == []
 
 
 def test_join_members_start_late():

@@ -54,7 +54,9 @@ class Region:
 
     @property
     def leader(self) -> int:
-        return self.partitions[0][0]
+        """The region leader: the leader of the first partition with a member (partition 0 unless a view change
+        removed all its members from an old view, `without`)."""
+        return next(part[0] for part in self.partitions if part)
 
     @property
     def p(self) -> int:
@@ -92,10 +94,22 @@ class Region:
         raise AssertionError("unreachable")    # a single-node partition's leader uses leader_hop
 
     def leader_hop(self, k: int) -> tuple[int, str]:
-        """Partition k's leader, done with its own ring: the next partition's leader, or home to the region leader."""
-        if k + 1 < self.p:
-            return self.partitions[k + 1][0], "inter"
-        return self.partitions[0][0], "home"
+        """Partition k's leader, done with its own ring: the next partition's leader, or home to the region leader
+        (partitions a view change emptied are skipped)."""
+        for nxt in self.partitions[k + 1:]:
+            if nxt:
+                return nxt[0], "inter"
+        return self.leader, "home"
+
+    def without(self, dead: Iterable[int]) -> Region:
+        """This region view as its survivors finish it after a view change removed `dead` (§2.1, §2.3.2: "A node
+        that the GMS considers as dead in the region will be excluded by others from the protocol"): the same index
+        and partitions (so the same caching partition for every packet of this view), the dead left out of the
+        rings; leaders are the first survivors. A partition may become empty (its packets have no caching replica
+        left)."""
+        gone = set(dead)
+        return Region(self.index, self.groups, tuple(m for m in self.members if m not in gone),
+                      tuple(tuple(m for m in part if m not in gone) for part in self.partitions))
 
 
 def resolve_members(spec: str | Iterable[int | str], names: Mapping[str, int], n: int, what: str) -> list[int]:
@@ -145,16 +159,19 @@ def compute_regions(groups: Mapping[str, Iterable[int]], n: int, partition_size:
     by_key: dict[tuple[str, ...], list[int]] = {}
     for m, gs in of.items():
         by_key.setdefault(tuple(sorted(gs)), []).append(m)
-    regions = []
-    for index, key in enumerate(sorted(by_key)):
-        members = sorted(by_key[key])
-        p = max(1, len(members) // partition_size)
-        parts = tuple(tuple(members[k::p]) for k in range(p))
-        regions.append(Region(index, key, tuple(members), parts))
+    regions = [region_view(index, key, by_key[key], partition_size) for index, key in enumerate(sorted(by_key))]
     names = [r.name for r in regions]
     if len(set(names)) != len(names):      # two digests alike: not expected in practice, but never silently
         raise ValueError(f"two regions have the same name: {sorted(n for n in names if names.count(n) > 1)[:2]}")
     return regions
+
+
+def region_view(index: int, groups: tuple[str, ...], members: Iterable[int], partition_size: int) -> Region:
+    """A region view of `members` (§2.3.1): p = max(1, floor(n / R)) partitions, the k-th member (by id) in
+    partition k mod p."""
+    ms = sorted(members)
+    p = max(1, len(ms) // partition_size)
+    return Region(index, groups, tuple(ms), tuple(tuple(ms[k::p]) for k in range(p)))
 
 
 def regions_of_group(regions: Iterable[Region], group: str) -> list[Region]:

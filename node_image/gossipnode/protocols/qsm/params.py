@@ -1,10 +1,12 @@
 """QSM's parameters: the `protocol:` section of a node config with `name: qsm`.
 
-The groups are the static group membership service's input (the experiment file is the GMS, docs/qsm.md): every
-member computes the same regions, partitions and leaders from them (`membership.compute_regions`).
+The groups are the group membership service's initial views (docs/qsm.md): every member computes the same regions,
+partitions and leaders from them (`membership.compute_regions`), and the same next views from the GMS's removals
+(`Membership.remove`).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,7 +14,7 @@ from pydantic import Field
 
 from gossipnode.model import Strict
 
-from .membership import Region, compute_regions, regions_of_group, resolve_members
+from .membership import MAX_INDEX, Region, compute_regions, region_view, regions_of_group, resolve_members
 
 
 class GroupSpec(Strict):
@@ -25,7 +27,7 @@ class GroupSpec(Strict):
 
 class QsmParams(Strict):
     name: Literal["qsm"]
-    groups: list[GroupSpec] = Field(min_length=1, description="the group views (the static GMS)")
+    groups: list[GroupSpec] = Field(min_length=1, description="the initial group views")
     partition_size: int = Field(default=5, ge=1, description="R: caching replicas per packet; partitions of a "
                                                                "region: max(1, floor(n / R))")
     token_interval_s: float = Field(default=1.0, gt=0, description="the region leader generates a token this often "
@@ -43,6 +45,10 @@ class QsmParams(Strict):
     rate_max: float | None = Field(default=None, gt=0, description="a cap on μ_snd (packets/s); None: none")
     rate_samples: int = Field(default=10, ge=1, description="k: the receivers' moving average window")
     rate_interval_s: float = Field(default=1.0, gt=0, description="Δ: the receivers' rate sampling interval")
+    failure_detection_s: float = Field(
+        default=1.0, ge=0, description="the GMS (the orchestrator) announces the view without crashed members this "
+                                       "long after the crash: its failure detector's delay (this project's choice; "
+                                       "the paper gives none)")
 
     @property
     def uses_tcp(self) -> bool:
@@ -82,10 +88,19 @@ class Membership:
 
     groups: dict[str, list[int]]          # group -> member ids
     senders: dict[str, list[int]]         # group -> sender ids
-    regions: list[Region]
+    regions: list[Region]                 # the current region views
     region_of: dict[int, Region]          # member -> its region
     regions_of: dict[str, list[Region]]   # group -> its regions
     sends_to: dict[int, list[str]]        # sender -> the groups it multicasts into (round robin)
+    partition_size: int = 1
+    view: int = 0                         # the GMS's view number: how many view changes made this membership
+    removed: frozenset[int] = frozenset()  # members the GMS has removed (crashed or departed)
+    views: dict[int, Region] | None = None  # every region view by index, the old ones as they were installed
+
+    def region(self, index: int) -> Region:
+        """The region view with this index, current or old (KeyError if this membership never had it)."""
+        assert self.views is not None
+        return self.views[index]
 
     @classmethod
     def build(cls, p: QsmParams, cfg: "NodeConfig") -> Membership:  # noqa: F821
@@ -115,7 +130,45 @@ class Membership:
         if idle:
             raise ValueError(f"qsm: workload senders {idle} send to no group")
         region_of = {m: r for r in regions for m in r.members}
-        return cls(groups, senders, regions, region_of, {g: regions_of_group(regions, g) for g in groups}, sends_to)
+        return cls(groups, senders, regions, region_of, {g: regions_of_group(regions, g) for g in groups}, sends_to,
+                   p.partition_size, 0, frozenset(), {r.index: r for r in regions})
+
+    def remove(self, dead: Iterable[int]) -> Membership:
+        """The next view after the GMS removed `dead` (crashed or departed members; §2.1: "Regions, like groups,
+        experience membership change as nodes join and leave or crash, hence associated with every region is a
+        sequence of what we call region views"). A region view that loses members is succeeded by a new one of its
+        survivors, with the next free index (in the order of the current views) and partitions recomputed
+        (§2.3.1; "we construct partitions and the structures built on top of them based solely on the membership
+        information, and every node does it independently"); a region view that keeps all its members stays; one
+        left with none ends. Every member computes the same views from the same sequence of removals. ValueError for
+        a member that is unknown or already removed."""
+        assert self.views is not None
+        gone = set(dead)
+        n = len(self.region_of) + len(self.removed)
+        bad = sorted(m for m in gone if not 0 <= m < n or m in self.removed)
+        if bad or not gone:
+            raise ValueError(f"qsm view change: members {bad} are unknown or already removed" if bad
+                             else "qsm view change: no member to remove")
+        nxt = max(self.views) + 1
+        regions: list[Region] = []
+        views = dict(self.views)
+        for r in self.regions:
+            if not gone & set(r.members):
+                regions.append(r)
+                continue
+            survivors = [m for m in r.members if m not in gone]
+            if survivors:
+                if nxt > MAX_INDEX:
+                    raise ValueError(f"qsm view change: more than {MAX_INDEX + 1} region views (a u16 on the wire)")
+                regions.append(region_view(nxt, r.groups, survivors, self.partition_size))
+                views[nxt] = regions[-1]
+                nxt += 1
+        groups = {g: [m for m in ms if m not in gone] for g, ms in self.groups.items()}
+        senders = {g: [m for m in ms if m not in gone] for g, ms in self.senders.items()}
+        region_of = {m: r for r in regions for m in r.members}
+        return Membership(groups, senders, regions, region_of, {g: regions_of_group(regions, g) for g in groups},
+                          {s: gs for s, gs in self.sends_to.items() if s not in gone}, self.partition_size,
+                          self.view + 1, self.removed | gone, views)
 
     def origins_of(self, region: Region) -> list[int]:
         """The senders that multicast into `region` (its groups' senders), sorted."""
