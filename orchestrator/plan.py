@@ -16,7 +16,8 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 
-from orchestrator.errors import PlanError, SpecError
+from orchestrator.errors import PlanError
+from orchestrator.source import FieldError
 from orchestrator.mcast.tree import Group, build_groups
 from orchestrator.shaping.params import DirParams
 from orchestrator.models import Experiment, SparseMembers
@@ -279,11 +280,11 @@ def choose_senders(exp: Experiment, plan: NetworkPlan) -> list[str]:
     senders = exp.workload.get("senders", 0)
     if isinstance(senders, list):
         unknown = [s for s in senders if s not in members]
-        if unknown:
-            raise SpecError(f"workload.senders: {unknown} are not members")
+        if unknown:        # a FieldError: the loader says the file and line
+            raise FieldError(("workload", "senders"), f"{unknown} are not members")
         return senders
     if not isinstance(senders, int) or senders < 0 or senders > len(members):
-        raise SpecError(f"workload.senders: {senders!r} is not a count between 0 and {len(members)} or a list")
+        raise FieldError(("workload", "senders"), f"{senders!r} is not a count between 0 and {len(members)} or a list")
     return sorted(random.Random(f"{exp.seed}/senders").sample(members, senders),
                   key=lambda m: plan.node(m).index)
 
