@@ -8,8 +8,10 @@ tc/delayline.json) — the one definition the report's key metrics, summary.json
   senders, else those that sent), `R` (partition_size, 5 by default), `loss` (links.loss as a fraction), `token_s`
   (the token interval), `growth` (λ), `rate_initial` (workload rate_per_s), `shaper`; `sender_names` (who sent).
 - **delivery** (`qsm_delivery_ratio` too): receipts logged over receipts expected — each data message at every
-  member of its group (`data_sent.group_name`) but its origin (the generic delivery ratio counts every member,
-  which is wrong for overlapping groups); `messages` (`qsm_messages` too): the data messages sent.
+  member of its group (`data_sent.group_name`) but its origin and the members the schedule crashed (the paper's
+  property is delivery "to all nodes that have not crashed or left the group"; the GMS removes them: docs/qsm.md)
+  (the generic delivery ratio counts every member, which is wrong for overlapping groups); `crashed`: those
+  members; `messages` (`qsm_messages` too): the data messages sent.
 - **throughput** (Figures 9, 12, 13): data messages per second over the *steady window*, the second half of the
   sending span (first to last send of any sender; the paper ignores warm-up and cool-down); `throughput_all`:
   (messages - 1) / (last send - first send); `delivered_min` / `delivered_mean`: the new packets per second the
@@ -87,7 +89,11 @@ def delivery_per_group(events: DataFrame, groups: DataFrame, members: DataFrame)
     sent = (events.where(F.col("event") == "data_sent")
             .select(F.col("node").alias("origin_name"), "seq", raw("group_name", "string").alias("group_name"))
             .join(ids, "origin_name"))
-    expected = (sent.join(groups, "group_name").where(F.col("member") != F.col("origin_name")))
+    crashed = (events.where((F.col("event") == "action_applied") & (raw("op", "string") == "crash"))
+               .select(F.explode(F.from_json(F.get_json_object("raw", "$.targets"), "array<string>"))
+                       .alias("member")).distinct())
+    expected = (sent.join(groups, "group_name").where(F.col("member") != F.col("origin_name"))
+                .join(crashed, "member", "left_anti"))     # run_values' rule: crashed members expect nothing
     got = (events.where(F.col("event") == "data_received")
            .select(F.col("node").alias("member"), "origin", "seq").distinct().withColumn("hit", F.lit(1)))
     per = expected.join(got, ["member", "origin", "seq"], "left")
@@ -265,6 +271,7 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
     received: dict[str, list[float]] = {m: [] for m in ids}
     got: set[tuple[str, int, int]] = set()
     recovered, acks, rates, skipped, rounds = [], [], [], 0, 0
+    crashed: set[str] = set()
     for e in run.events:
         ev = e.get("event")
         if ev == "data_sent":
@@ -282,6 +289,8 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
             skipped += int(e.get("missed") or 0)
         elif ev == "token_round":
             rounds += 1
+        elif ev == "action_applied" and e.get("op") == "crash":
+            crashed.update(e.get("targets") or ())
     wl_senders = wl.get("senders")
     configured = [s for s in wl_senders if isinstance(s, str)] if isinstance(wl_senders, list) else []
     n_groups = len(p.get("groups") or []) or None
@@ -291,7 +300,7 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
         "members": len(ids), "groups": n_groups, "n_senders": n_senders, "R": p.get("partition_size", 5),
         "loss": percent((spec.get("links") or {}).get("loss")), "token_s": token_s, "growth": p.get("growth"),
         "rate_initial": wl.get("rate_per_s"), "shaper": run.manifest.get("shaper"), "sender_names": sorted(sent),
-        "steps_skipped": skipped, "token_rounds": rounds}
+        "steps_skipped": skipped, "token_rounds": rounds, "crashed": sorted(crashed)}
     all_ts = sorted(t for s in sent.values() for t, _, _ in s)
     expected = logged = 0
     for origin, msgs in sent.items():
@@ -299,7 +308,7 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
             continue
         for _, seq, g in msgs:
             for m in groups.get(g, ()):
-                if m != origin:
+                if m != origin and m not in crashed:
                     expected += 1
                     logged += (m, ids[origin], seq) in got
     out["messages"] = out["qsm_messages"] = len(all_ts)

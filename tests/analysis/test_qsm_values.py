@@ -232,6 +232,20 @@ def test_a_member_that_never_started_is_still_expected(tmp_path):
     assert r["delivered_min"] == 0.0                                 # h2 received nothing in the window
 
 
+def test_a_crashed_member_is_not_expected(tmp_path):
+    # the same log with h1 crashed by the schedule at 1.5 s: a's messages are expected at h2 only (1 of 2), b's at
+    # h2 (1 of 1): 2 / 3 (the Spark table leaves it out alike: test_qsm_analysis.test_delivery_per_group)
+    ev = [e(f"h{i}", "node_started", 0.0, id=i) for i in range(4)]
+    ev += [e("h0", "data_sent", 0.2, seq=1, group_name="a"), e("h0", "data_sent", 1.2, seq=2, group_name="a"),
+           e("h3", "data_sent", 0.5, seq=1, group_name="b"),
+           e("h1", "data_received", 0.3, origin=0, seq=1), e("h1", "data_received", 1.3, origin=0, seq=2),
+           e("h2", "data_received", 0.3, origin=0, seq=1), e("h2", "data_received", 0.6, origin=3, seq=1),
+           e("orchestrator", "action_applied", 1.5, op="crash", targets=["h1"], actual_s=1.5)]
+    r = values(tmp_path, ev, n=4, groups=[{"name": "a", "members": ["h0", "h1", 2]},
+                                          {"name": "b", "members": ["h2", "h3"]}])
+    assert r["delivery"] == pytest.approx(2 / 3) and r["crashed"] == ["h1"]
+
+
 def test_summary_is_the_control_overhead_only():
     # the Spark summary: DATA 6 packets / 600 bytes, TOKEN 2 / 100, FORWARD 2 / 300: control 4 of 10 packets, 400 of
     # 1000 bytes; every other key number is run_values' (the tests above)

@@ -92,3 +92,57 @@ def test_bad_qsm_input_exits_2_before_anything_is_built(tmp_path, edit, message)
     assert message in r.stderr
     assert lab_namespaces(name) == []
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_qsm_view_change_after_crashes_mid_stream(tmp_path):
+    # qsm-small shortened, with h3 (region r-a) and h9 (r-a-b, leader of its second partition) crashed at 5 s: the
+    # orchestrator's GMS announces the view without them 1 s later (failure_detection); every other member delivers
+    # every packet of its groups exactly once, those sent before the view in the old region views, those after in
+    # the new ones
+    name = unique_lab("q")
+    f = render(tmp_path, name)
+    text = f.read_text().replace("start: 1s, stop: 21s", "start: 1s, stop: 11s").replace("duration: 30s",
+                                                                                       "duration: 24s")
+    f.write_text(text + "schedule:\n  - {at: 5s, action: crash, nodes: [h3, h9]}\n")
+    r = cli("run", str(f), "--out", str(tmp_path / "runs"),
+            env_extra={"ORCHESTRATOR_STATE_DIR": str(tmp_path / "state")}, timeout=170)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert lab_namespaces(name) == [], "namespaces outlived the run"
+    run_dir = Path(r.stdout.strip().splitlines()[-1])
+    log = events(run_dir)
+    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
+    crashed = {"h3", "h9"}
+    applied = [(e["op"], round(e["planned_s"], 3)) for e in log if e["event"] == "action_applied"]
+    assert applied == [("crash", 5.0), ("gms_view", 6.0)], applied
+    views = {e["node"]: e for e in log if e["event"] == "gms_view"}
+    assert set(views) == set(ids) - crashed and all(v["removed"] == [3, 9] for v in views.values())
+    groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
+    sent = {(ids[e["node"]], e["seq"]): e["group_name"] for e in log if e["event"] == "data_sent"}
+    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
+    assert max(got.values()) == 1, "a packet was delivered twice"
+    for node, mid in ids.items():
+        if node in crashed:
+            continue
+        expected = {(o, s) for (o, s), g in sent.items() if node in groups[g] and o != mid}
+        mine = {(o, s) for (n, o, s) in got if n == node}
+        assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, extra {sorted(mine - expected)[:5]}"
+    # both region views carried packets: r-a and r-a-b (indexes 0, 1) before the view, their successors after
+    by_view = Counter(e["region_index"] for e in log if e["event"] == "data_received")
+    assert by_view[0] and by_view[1] and by_view[3] and by_view[4], by_view
+    retired = [e for e in log if e["event"] == "view_retired"]
+    assert retired
+    t_view = min(e["ts"] for e in views.values())
+    late = Counter(e["how"] for e in log if e["event"] == "recovered" and e["ts"] > t_view and e["region_index"] < 2)
+    print(f"\nQSM view change: {len(sent)} packets, delivered per region view {dict(sorted(by_view.items()))}; "
+          f"{len(views)} members installed the view within {(max(e['ts'] for e in views.values()) - t_view) * 1e3:.0f} "
+          f"ms; old-view packets recovered after it {dict(late)}; old views retired (index, why) "
+          f"{Counter((e['region_index'], e['reason']) for e in retired)}")
+    stopped = {e["node"]: e["protocol"] for e in log if e["event"] == "node_stopped"}
+    for node, snap in stopped.items():
+        if node not in crashed:
+            assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
+            if "sender" in snap:
+                assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"
