@@ -186,7 +186,7 @@ class Join(_Nodes):
 class Pause(_Nodes):
     action: Literal["pause"]
     duration: str | float
-    OPS = frozenset({OpKind.STOP_SIGNAL, OpKind.CONT_SIGNAL})
+    OPS = frozenset({OpKind.STOP_SIGNAL, OpKind.CONT_SIGNAL, OpKind.GMS_VIEW})   # a missed view again (with_gms)
 
     def expand(self, i, x):
         targets = tuple(x.draw(i, self, x.alive))
@@ -200,7 +200,7 @@ class Perturb(_Nodes):
     action: Literal["perturb"]
     duration: str | float
     p: float = Field(ge=0, le=1)
-    OPS = frozenset({OpKind.STOP_SIGNAL, OpKind.CONT_SIGNAL})
+    OPS = frozenset({OpKind.STOP_SIGNAL, OpKind.CONT_SIGNAL, OpKind.GMS_VIEW})   # a missed view again (with_gms)
 
     def expand(self, i, x):
         targets = x.draw(i, self, x.alive)
@@ -393,12 +393,14 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
     is followed, `detect_s` later (the failure detector's delay), by a GMS_VIEW op without the members it
     crashed, from the same schedule entry. Its params: every view's removals so far, as member ids (the node
     installs the ones it has not, in order), and the members down by then (crashed, not restarted), whom the
-    view is not sent to. A view due after the run's end is not announced; a crash of a member that a view already
-    removed (crashed before, restarted since) removes nobody new."""
+    view is not sent to. A member paused when a view came gets it again as it resumes (a GMS_VIEW op at its
+    CONT_SIGNAL, from the pause's entry, targets the resumed members; the others ignore a view they have). A view
+    due after the run's end is not announced; a crash of a member that a view already removed (crashed before,
+    restarted since) removes nobody new."""
     ids = {m.name: i for i, m in enumerate(plan.members)}
     removals: list[list[int]] = []
     removed: set[int] = set()
-    crashes = []
+    due: list[tuple[float, int, tuple[str, ...], tuple[tuple[int, ...], ...]]] = []
     for op in timeline.ops:
         if op.kind != OpKind.CRASH:
             continue
@@ -406,19 +408,40 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
         if new and op.t + detect_s <= duration_s:
             removed.update(new)
             removals.append(new)
-            crashes.append((op.t + detect_s, op, tuple(tuple(r) for r in removals)))
-    extra = []
-    for t, crash, views in crashes:
-        down: set[str] = set()
-        for op in timeline.ops:          # who is down at t: crashed and not started since
-            if op.t > t:
-                break
-            if op.kind == OpKind.CRASH:
-                down.update(op.targets)
-            elif op.kind == OpKind.START:
-                down.difference_update(op.targets)
-        extra.append(Op(t=t, seq=len(timeline.ops) + len(extra), kind=OpKind.GMS_VIEW, index=crash.index,
-                        targets=crash.targets, params=(views, tuple(sorted(down)))))
+            due.append((op.t + detect_s, op.index, op.targets, tuple(tuple(r) for r in removals)))
+    # one walk in time order over the schedule's ops and the views (an op before a view at the same time)
+    marks = sorted([(op.t, 0, k) for k, op in enumerate(timeline.ops)] + [(v[0], 1, k) for k, v in enumerate(due)])
+    down: set[str] = set()
+    paused: set[str] = set()
+    missed: set[str] = set()
+    latest: tuple[tuple[int, ...], ...] = ()
+    extra: list[Op] = []
+
+    def view(t: float, index: int, targets: tuple[str, ...], views: tuple[tuple[int, ...], ...]) -> None:
+        extra.append(Op(t=t, seq=len(timeline.ops) + len(extra), kind=OpKind.GMS_VIEW, index=index,
+                        targets=targets, params=(views, tuple(sorted(down)))))
+
+    for t, kind, k in marks:
+        if kind == 1:
+            _, index, targets, latest = due[k]
+            view(t, index, targets, latest)
+            missed |= paused
+            continue
+        op = timeline.ops[k]
+        if op.kind == OpKind.CRASH:
+            down.update(op.targets)
+            paused.difference_update(op.targets)
+            missed.difference_update(op.targets)
+        elif op.kind == OpKind.START:
+            down.difference_update(op.targets)
+        elif op.kind == OpKind.STOP_SIGNAL:
+            paused.update(op.targets)
+        elif op.kind == OpKind.CONT_SIGNAL:
+            paused.difference_update(op.targets)
+            back = missed & set(op.targets)
+            if back:
+                view(op.t, op.index, tuple(sorted(back)), latest)
+                missed -= back
     return Timeline(actions=timeline.actions, ops=sorted(timeline.ops + extra), joiners=timeline.joiners)
 
 

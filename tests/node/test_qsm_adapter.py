@@ -45,3 +45,17 @@ def test_a_schedule_that_brings_members_back_is_warned_about(schedule, warned):
     else:
         assert len(got) == 1 and got[0].startswith(f"the schedule {warned}, but QSM's membership service only "
                                                    "removes members"), got
+
+
+def test_a_qsm_join_of_an_unknown_member_exits_2_with_its_line(tmp_path):
+    # the bad input the issue names: exit 2 (a SpecError), file:line, before anything is built
+    from orchestrator.errors import SpecError
+    from orchestrator.spec import load_experiment
+
+    f = tmp_path / "q.yaml"
+    f.write_text("topology: {kind: tree, nodes: 6, degree: 2}\nprotocol:\n  qsm:\n"
+                 "    groups: [{name: a, members: all}]\n    partition_size: 2\n"
+                 "workload: {senders: [h0], rate_per_s: 5}\nduration: 8s\nschedule:\n"
+                 "  - {at: 2s, action: join, nodes: [h99]}\n")
+    with pytest.raises(SpecError, match=rf"{f}:9: schedule\[0\]\.nodes\[0\]: join at 2s: unknown node 'h99'"):
+        load_experiment(f)

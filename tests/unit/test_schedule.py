@@ -94,6 +94,19 @@ def test_a_membership_service_announces_a_view_after_each_crash():
     assert with_gms(timeline([]), PLAN, 1.0, 60.0).ops == []
 
 
+def test_a_member_paused_when_a_view_came_gets_it_again_as_it_resumes():
+    a, b, c = MEMBERS[2], MEMBERS[5], MEMBERS[7]
+    tl = with_gms(timeline([{"at": 10, "action": "pause", "nodes": [a, b], "duration": "3s"},
+                            {"at": 10.5, "action": "crash", "nodes": [c]},
+                            {"at": 20, "action": "pause", "nodes": [a], "duration": "2s"}]), PLAN, 1.0, 60.0)
+    views = [(o.t, o.index, o.targets, o.params) for o in tl.ops if o.kind == OpKind.GMS_VIEW]
+    # the view at 11.5 s (while a and b are paused), then again at 13 s as they resume (the pause's entry); the
+    # second pause sees no view: nothing more
+    assert views == [(11.5, 1, (c,), (((7,),), (c,))), (13.0, 0, tuple(sorted((a, b))), (((7,),), (c,)))]
+    cont = next(k for k, o in enumerate(tl.ops) if o.kind == OpKind.CONT_SIGNAL)
+    assert tl.ops[cont + 1].kind == OpKind.GMS_VIEW      # after they are running again
+
+
 def test_join_members_start_late():
     tl = timeline([{"at": 30, "action": "join", "nodes": [MEMBERS[4]]}])
     assert tl.joiners == [MEMBERS[4]] and tl.ops[0].kind == "start"
