@@ -210,3 +210,28 @@ def test_stale_token_after_a_view_change_is_dropped_not_an_error():
     leader.view_change([12], 1.0)
     assert leader.receive(home, 1.1).events[0].event == "token_stale"
     assert leader.counters["stale_token"] == 1
+
+
+def test_an_old_view_whose_token_died_long_before_the_view_is_still_finished():
+    # region a-b's leader (8) crashes at 3 s and the GMS's view comes 6 s later: the old view's token has not come
+    # for 6 s when it is installed (the lab at 2 % loss: a token stuck 2 s before the crash, the view 2 s after it).
+    # Its members must not take the silence for its end: they finish it with its new leader (10).
+    cfgs = make_configs(24, GROUPS, senders=[0, 20], rate_per_s=20, stop_s=8, token_interval_s=0.5,
+                        rate_control=False)
+    sim = Sim(cfgs, loss=0.05, seed=12)
+    sim.run_until(3.0)
+    sim.crash(8)
+    sim.run_until(9.0)
+    sim.gms_remove([8], spread=0.3)
+    sim.run_until(60)
+    sent, got = deliveries(sim)
+    for m in sim.nodes:
+        if m != 8:
+            expected = {(o, s) for (o, s), g in sent.items() if m in GROUPS[g] and o != m}
+            assert set(got[m]) == expected and len(got[m]) == len(set(got[m])), m
+            snap = sim.nodes[m].snapshot()
+            assert not any(snap["cached"].values()) and not any(snap.get("sender", {}).get("buffered", {}).values())
+    view_at = min(e.ts for _, e in sim.of("gms_view"))
+    early = [(i, e.ts) for i, e in sim.of("view_retired") if e.fields["region_index"] == 1 and e.ts < view_at + 2.5]
+    assert early == [], early
+    assert sim.nodes[10].views.get(1) is None and sim.nodes[10].counters["views_retired"] >= 1

@@ -179,11 +179,18 @@ class QsmNode(Core):
         return max(3, math.ceil(self.p.retransmit_s / self.p.token_interval_s) + 2)
 
     def _expiry(self, v: View) -> float:
-        """When an old view this member does not lead ends here: its leader has stopped the token (retired it)
-        for two rounds more than the leader waits."""
-        if v.current or v.is_rleader:
+        """When an old view this member does not lead ends here: it misses nothing it has seen of it, and no token
+        has come for two rounds more than its leader waits before retiring it (counted from the view change at
+        the earliest: a token that died with a removed leader long before the view says nothing of its end)."""
+        if v.current or v.is_rleader or not self._complete(v):
             return math.inf
         return v.last_visit + (self._retire_rounds() + 2) * self.p.token_interval_s
+
+    def _complete(self, v: View) -> bool:
+        """This member holds every packet of `v` up to the largest any member of it is known to have (or their
+        origin is removed: nothing more of it will come)."""
+        return all(o in self.ms.removed or max(v.recv[o].r, v.purged[o]) >= max(v.max_seen[o], v.cutoff[o])
+                   for o in v.origins)
 
     def _next_expiry(self) -> float:
         return min((self._expiry(v) for v in self.views.values() if not v.current), default=math.inf)
@@ -682,6 +689,7 @@ class QsmNode(Core):
             if gone & set(w.region.members):
                 w.changed = True
                 w.current = False
+                w.last_visit = now       # its end is judged from here on (`_expiry`)
                 w.set_region(w.region.without(gone), now, interval)
                 if w.token_out:          # it may have been at a removed member: the next interval makes another
                     w.token_out = False
