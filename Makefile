@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
 setup: system venv docker-engine
 
 system:
@@ -156,6 +156,12 @@ repro-pbcast: setup
 # docs/qsm.md's simulator table (deterministic, ~20 s): experiments/qsm_sim_table.py
 repro-qsm-sim: setup
 	$(PY) -m experiments.qsm_sim_table --out docs/results/qsm-sim
+
+# QSM with two members crashed during recovery (issue 34; docs/qsm.md "The membership service"): the GMS's view
+# after 0.5 s and 2 s, 3 runs each, the load logged beside them; about 6 minutes.
+repro-qsm-crash: setup
+	$(LOGGED) $(ORCH) sweep topologies/qsm-crash-sweep.yaml --out $(REPRO_OUT)/qsm-crash --no-analyze
+	$(PY) -m experiments.qsm_crash_table $(REPRO_OUT)/qsm-crash --out docs/results/qsm-crash --load $(REPRO_OUT)/load.log
 
 repro-qsm: setup
 	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=4,8,12,16 --out $(REPRO_OUT)/qsm-fig9 --no-analyze
