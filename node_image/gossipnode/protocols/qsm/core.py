@@ -86,6 +86,8 @@ class View:
         self.partition = region.partitions[self.part]
         self.is_pleader = self.partition[0] == self.me
         self.is_rleader = region.leader == self.me
+        # partitions a view change emptied: their packets have no caching replica left (`QsmNode._visit`)
+        self.orphaned = tuple(k for k, part in enumerate(region.partitions) if not part)
         if self.is_rleader and self.next_token == math.inf:
             self.next_token = now + interval
         elif not self.is_rleader:
@@ -518,6 +520,20 @@ class QsmNode(Core):
             prefix = max(v.recv[o].r, v.purged[o])
             e.stable = min(e.stable, prefix)
             e.cstable = min(e.cstable, caching_prefix(prefix, v.recv[o].ahead, v.part, p))
+            # a partition a view change emptied has no caching replica and no leader to send its collective NAK:
+            # each survivor that misses some of its packets asks their origin itself (which has them if no replica
+            # had acknowledged them; those all its replicas had are lost with them: "it is extremely unlikely that
+            # all of them will crash before the message is delivered", §2.3)
+            if v.orphaned and o not in self.ms.removed:
+                orphans = normalise((s, s) for s in missing if s % p in v.orphaned)[:limit]
+                if orphans:
+                    self.counters["nak_sent_orphaned"] += 1
+                    out.log(now, "nak_sent", origin=o, partition=v.orphaned[0], count=count(orphans),
+                            round=token.round, orphaned=True)
+                    if o == self.me:
+                        self._retransmit(v.region.index, expand(orphans), now, "nak", out)
+                    else:
+                        out.stream.append((o, Nak(self.me, v.region.index, o, v.orphaned[0], orphans)))
         mine_rate = self.rate.rate(now) if self.rate is not None else None
         if mine_rate is not None:
             token.rate = min(token.rate, int(mine_rate * 1000))
