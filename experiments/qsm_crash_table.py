@@ -43,10 +43,9 @@ def crash_values(events: list[dict[str, Any]], first_regions: int) -> dict[str, 
         raise Exclude("no member installed the view")
     t_view = min(installs)
     got = Counter((e["node"], e["origin"], e["seq"]) for e in events if e.get("event") == "data_received")
-    stopped = [e.get("protocol") or {} for e in events if e.get("event") == "node_stopped"]
     crashed = {n for e in crash for n in e.get("targets") or ()}
-    live = [s for e, s in zip([e for e in events if e.get("event") == "node_stopped"], stopped)
-            if e.get("node") not in crashed]
+    live = [e.get("protocol") or {} for e in events
+            if e.get("event") == "node_stopped" and e.get("node") not in crashed]
     return {
         "duplicates": sum(c - 1 for c in got.values()),
         "view_lag_s": view[0]["actual_s"] - crash[0]["actual_s"],

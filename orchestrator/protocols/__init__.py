@@ -187,21 +187,20 @@ def _section_model() -> type[BaseModel]:
             raw = self._raw[self.name] or {}
             return {k: v for k, v in section.model_dump(mode="json").items() if k in raw}
 
+        def _all_fields(self) -> dict[str, Any]:
+            """Every node parameter (defaults included), by its node field name."""
+            section: BaseModel = getattr(self, self.name)
+            _, renames = SECTIONS[self.name]
+            return {renames.get(k, k): v for k, v in section.model_dump(mode="json").items()}
+
         def derived_groups(self, ctx: GroupContext) -> list[dict[str, Any]]:
             """The multicast groups this protocol needs beyond the declared ones (its adapter's), from every node
             parameter (defaults included)."""
-            adapter = ADAPTERS.get(self.name, Adapter())
-            section: BaseModel = getattr(self, self.name)
-            _, renames = SECTIONS[self.name]
-            params = {renames.get(k, k): v for k, v in section.model_dump(mode="json").items()}
-            return adapter.multicast_groups(params, ctx)
+            return ADAPTERS.get(self.name, Adapter()).multicast_groups(self._all_fields(), ctx)
 
         def gms_detect_s(self) -> float | None:
             """The adapter's `gms_detect_s` from every node parameter (defaults included)."""
-            section: BaseModel = getattr(self, self.name)
-            _, renames = SECTIONS[self.name]
-            params = {renames.get(k, k): v for k, v in section.model_dump(mode="json").items()}
-            return ADAPTERS.get(self.name, Adapter()).gms_detect_s(params)
+            return ADAPTERS.get(self.name, Adapter()).gms_detect_s(self._all_fields())
 
         def node_params(self, ctx: Context) -> dict[str, Any]:
             """The node config's `protocol` section: {name, ...node fields}."""

@@ -31,22 +31,27 @@ def render(tmp: Path, name: str, text: str | None = None) -> Path:
     return f
 
 
+def run_small(tmp: Path, stop_s: int, duration_s: int, extra: str = "") -> list[dict]:
+    """qsm-small shortened (sending 1 s .. stop_s, the run duration_s long), `extra` YAML appended, run through
+    the CLI: its events, once the run completed and left no namespace behind."""
+    name = unique_lab("q")
+    f = render(tmp, name)
+    text = f.read_text().replace("start: 1s, stop: 21s", f"start: 1s, stop: {stop_s}s") \
+        .replace("duration: 30s", f"duration: {duration_s}s")
+    f.write_text(text + extra)
+    r = cli("run", str(f), "--out", str(tmp / "runs"),
+            env_extra={"ORCHESTRATOR_STATE_DIR": str(tmp / "state")}, timeout=170)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert lab_namespaces(name) == [], "namespaces outlived the run"
+    return events(Path(r.stdout.strip().splitlines()[-1]))
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 @pytest.mark.slow
 def test_qsm_small_every_member_delivers_its_groups(tmp_path):
-    name = unique_lab("q")
-    f = render(tmp_path, name)
     # shortened: send 1 s .. 14 s, stop at 30 s (two dozen token rounds of 500 ms after the last send)
-    text = f.read_text().replace("start: 1s, stop: 21s", f"start: 1s, stop: {STOP_S}s") \
-        .replace("duration: 30s", f"duration: {DURATION_S}s")
-    f.write_text(text)
-    r = cli("run", str(f), "--out", str(tmp_path / "runs"),
-            env_extra={"ORCHESTRATOR_STATE_DIR": str(tmp_path / "state")}, timeout=170)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert lab_namespaces(name) == [], "namespaces outlived the run"
-    run_dir = Path(r.stdout.strip().splitlines()[-1])
-    log = events(run_dir)
+    log = run_small(tmp_path, STOP_S, DURATION_S)
     ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
     assert len(ids) == 24
     groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
@@ -102,17 +107,7 @@ def test_qsm_view_change_after_crashes_mid_stream(tmp_path):
     # orchestrator's GMS announces the view without them 1 s later (failure_detection); every other member delivers
     # every packet of its groups exactly once, those sent before the view in the old region views, those after in
     # the new ones
-    name = unique_lab("q")
-    f = render(tmp_path, name)
-    text = f.read_text().replace("start: 1s, stop: 21s", "start: 1s, stop: 11s").replace("duration: 30s",
-                                                                                       "duration: 24s")
-    f.write_text(text + "schedule:\n  - {at: 5s, action: crash, nodes: [h3, h9]}\n")
-    r = cli("run", str(f), "--out", str(tmp_path / "runs"),
-            env_extra={"ORCHESTRATOR_STATE_DIR": str(tmp_path / "state")}, timeout=170)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert lab_namespaces(name) == [], "namespaces outlived the run"
-    run_dir = Path(r.stdout.strip().splitlines()[-1])
-    log = events(run_dir)
+    log = run_small(tmp_path, 11, 24, "schedule:\n  - {at: 5s, action: crash, nodes: [h3, h9]}\n")
     ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
     crashed = {"h3", "h9"}
     applied = [(e["op"], round(e["planned_s"], 3)) for e in log if e["event"] == "action_applied"]

@@ -161,6 +161,13 @@ class Sim:
         for i in sorted(self.nodes):      # a crashed member never sees it (run_until)
             self._push(self.now + self.rng.uniform(0, spread), "view", (i, list(removed)))
 
+    def crash_and_remove(self, who: list[int], detect: float, spread: float = 0.3) -> None:
+        """Crash `who` now and, `detect` seconds later, announce the GMS's view without them (`gms_remove`)."""
+        for m in who:
+            self.crash(m)
+        self.run_until(self.now + detect)
+        self.gms_remove(list(who), spread=spread)
+
     def control(self, i: int, active: bool) -> None:
         self._emit(i, self.nodes[i].set_workload(active, self.now))
         self._timer(i)

@@ -77,10 +77,7 @@ def test_view_change_mid_stream_every_member_of_the_new_view_delivers_every_pack
                         rate_control=False)
     sim = Sim(cfgs, loss=0.05, seed=21)
     sim.run_until(3.0)
-    for m in (3, 8):
-        sim.crash(m)
-    sim.run_until(3.5)
-    sim.gms_remove([3, 8], spread=0.3)
+    sim.crash_and_remove([3, 8], detect=0.5)
     sim.run_until(40)
     sent, got = deliveries(sim)
     assert len(sent) == 2 * 20 * 8
@@ -120,10 +117,7 @@ def test_a_crashed_sender_the_survivors_of_each_region_share_what_its_caching_re
                         rate_control=False)
     sim = Sim(cfgs, loss=0.2, seed=1)
     sim.run_until(3.0)
-    for m in crash:
-        sim.crash(m)
-    sim.run_until(3.5)
-    sim.gms_remove(list(crash), spread=0.3)
+    sim.crash_and_remove(list(crash), detect=0.5)
     sim.run_until(60)
     sent, got = deliveries(sim)
     for m in sim.nodes:
@@ -220,9 +214,7 @@ def test_an_old_view_whose_token_died_long_before_the_view_is_still_finished():
                         rate_control=False)
     sim = Sim(cfgs, loss=0.05, seed=12)
     sim.run_until(3.0)
-    sim.crash(8)
-    sim.run_until(9.0)
-    sim.gms_remove([8], spread=0.3)
+    sim.crash_and_remove([8], detect=6.0)
     sim.run_until(60)
     sent, got = deliveries(sim)
     for m in sim.nodes:
@@ -246,9 +238,7 @@ def test_a_partition_left_without_members_its_survivors_ask_the_origin():
                         rate_control=False, partition_size=1)
     sim = Sim(cfgs, loss=0.2, seed=12)
     sim.run_until(2.1)
-    sim.crash(5)
-    sim.run_until(2.3)
-    sim.gms_remove([5], spread=0.3)
+    sim.crash_and_remove([5], detect=0.2)
     sim.run_until(60)
     sent, got = deliveries(sim)
     region_a = sim.nodes[1].ms.region(0)
@@ -287,11 +277,8 @@ def test_random_crash_plans_every_packet_with_a_surviving_caching_replica_is_del
             alive = [m for m in alive if m not in who]
             at = 1.5 + 2.5 * j + rng.random()
             sim.run_until(at)
-            for m in who:
-                sim.crash(m)
+            sim.crash_and_remove(who, detect)
             crashed |= set(who)
-            sim.run_until(at + detect)
-            sim.gms_remove(who, spread=0.3)
         sim.run_until(70)
         plan = (seed, loss, transport, R, detect, sorted(crashed))
         sent, got = deliveries(sim)

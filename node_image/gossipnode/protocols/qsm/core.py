@@ -55,8 +55,7 @@ class View:
     def __init__(self, region: Region, me: int, origins: list[int], now: float, interval: float) -> None:
         self.me = me
         self.origins = origins
-        self.current = True
-        self.changed = False            # the GMS removed members of this view after it was installed
+        self.current = True             # False once the GMS removed members of it (an old view)
         self.quiet = 0                  # an old view: rounds in a row with nothing new (`_maybe_retire`)
         self.last_visit = now           # the token's last visit here (an old view ends here when it stops coming)
         self.last_sig: tuple = ()
@@ -77,6 +76,11 @@ class View:
         self.next_replicated = {o: 0 for o in origins}
         self.prev_max = {o: 0 for o in origins}
         self.set_region(region, now, interval)
+
+    @property
+    def changed(self) -> bool:
+        """The GMS removed members of this view after it was installed (it is an old view)."""
+        return not self.current
 
     def set_region(self, region: Region, now: float, interval: float) -> None:
         """Install `region` (at the start, or this view without removed members): this member's partition and
@@ -654,11 +658,12 @@ class QsmNode(Core):
                                     for i, w in sorted(self.views.items()) if w is not v},
                             "retired": sorted(self.retired)}
         if self.sender:
+            def label(i: int) -> str:      # an old region view's name carries its index
+                return self.ms.region(i).name + ("" if i in self.share else f"#{i}")
+
             snap["sender"] = {"seq": self.seq, "rate": self.mu,
-                              "buffered": {self.ms.region(i).name + ("" if i in self.share else f"#{i}"): len(b)
-                                           for i, b in self.buffer.items()},
-                              "acked": {self.ms.region(i).name + ("" if i in self.share else f"#{i}"): a
-                                        for i, a in self.acked.items()}}
+                              "buffered": {label(i): len(b) for i, b in self.buffer.items()},
+                              "acked": {label(i): a for i, a in self.acked.items()}}
         return snap
 
     # ---- the GMS's view changes -----------------------------------------------------------------------------
@@ -703,7 +708,6 @@ class QsmNode(Core):
             return out
         for w in self.views.values():
             if gone & set(w.region.members):
-                w.changed = True
                 w.current = False
                 w.last_visit = now       # its end is judged from here on (`_expiry`)
                 w.set_region(w.region.without(gone), now, interval)
