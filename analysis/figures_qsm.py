@@ -2,7 +2,8 @@
 partition size R), Figures 17-18 (the rate over time and its variability) and Figures 19-20 (recovery and ACK
 latency against the number of nodes, under loss) from runs of topologies/qsm-fig9.yaml (seed 004 §3;
 docs/reproduction-qsm.md); Figure 1 (the rate against the number of groups, all on the same members, one sender
-round robin: topologies/qsm-fig1.yaml), Figure 15 (throughput and recovery against the token rate:
+round robin: topologies/qsm-fig1.yaml), Figure 14 (throughput and the packets on the wire against the regions of
+one group: topologies/qsm-fig14-sweep.yaml), Figure 15 (throughput and recovery against the token rate:
 topologies/qsm-fig15-sweep.yaml) and Figure 16 (total throughput against the number of senders with fair sharing:
 topologies/qsm-fig16.yaml).
 
@@ -17,10 +18,11 @@ excluded one with the reason. This script declares the point, the values, the ta
 
 `runs` (the default) writes runs.csv (one row per run), rate_series.csv (each run's 1 s send counts), shares.csv
 (each run's per-sender and per-group throughput and share), then what `tables` writes from runs.csv alone:
-summary.csv / summary.json (per point (members, G, S, R, loss, token, shaper, N, CPU budget): runs, excluded,
-the largest load, per value its mean, 95 % CI half-width (Student t) and n; the cost model), tables.md, and the
-figures (fig9_rate_vs_nodes.png, fig12_13_rate_vs_R.png, fig17_rate_over_time.png, fig19_recovery.png,
-fig20_ack_latency.png, fig1_rate_vs_groups.png, fig15_token_rate.png, fig16_senders.png: those with data).
+summary.csv / summary.json (per point (members, G, regions, S, R, loss, token, shaper, N, CPU budget): runs,
+excluded, the largest load, per value its mean, 95 % CI half-width (Student t) and n; the cost model), tables.md,
+and the figures (fig9_rate_vs_nodes.png, fig12_13_rate_vs_R.png, fig17_rate_over_time.png, fig19_recovery.png,
+fig20_ack_latency.png, fig1_rate_vs_groups.png, fig14_regions.png, fig15_token_rate.png, fig16_senders.png: those
+with data).
 `tables` regenerates them from a directory's committed CSVs (no run directory): the point keys, values and
 columns its runs.csv lacks (older results: no G, S, N, CPU budget, Jain's index, exclusions) are left out.
 
@@ -40,17 +42,18 @@ from analysis.figlib import kept
 from analysis.figtables import command_line, largest, summarise, write_summary
 from analysis.figures_qsm_paper import PAPER, POINT, marginal_ceiling  # noqa: F401 (the figures' names, here too)
 
-VALUES = ("throughput", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std", "rate_cv",
-          "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
+VALUES = ("throughput", "transmitted", "throughput_all", "delivered_min", "delivered_mean", "delivery", "rate_std",
+          "rate_cv", "rate_final", "recovered", "recovery_rate", "recovery_latency_s", "recovery_latency_rounds",
           "ack_latency_s", "ack_latency_rounds", "steps_skipped", "token_rounds", "load_mean", "node_cpu_s",
           "cpu_us_per_packet", "cpu_us_per_receipt", "delayline_cpu_s", "ceiling_2cores", "throughput_per_group",
           "group_jain", "throughput_per_sender", "sender_jain", "sender_share_min")
 # tables.md: the point's columns (key, label), then the values' (mean ± 95 % CI half-width)
-HEAD = (("members", "members"), ("groups", "G"), ("n_senders", "S"), ("R", "R"), ("loss", "loss"),
-        ("token_s", "token s"), ("shaper", "shaper"), ("dilation", "N"), ("cpu", "cpu"), ("runs", "runs"),
-        ("excluded", "excluded"))
-COLUMNS = (("throughput", "sent/s"), ("delivered_min", "slowest recv/s"), ("delivery", "delivery"),
-           ("rate_cv", "rate cv"), ("recovery_rate", "recovery rate"), ("recovery_latency_s", "recovery s"),
+HEAD = (("members", "members"), ("groups", "G"), ("regions", "regions"), ("n_senders", "S"), ("R", "R"),
+        ("loss", "loss"), ("token_s", "token s"), ("shaper", "shaper"), ("dilation", "N"), ("cpu", "cpu"),
+        ("runs", "runs"), ("excluded", "excluded"))
+COLUMNS = (("throughput", "sent/s"), ("transmitted", "packets out/s"), ("delivered_min", "slowest recv/s"),
+           ("delivery", "delivery"), ("rate_cv", "rate cv"), ("recovery_rate", "recovery rate"),
+           ("recovery_latency_s", "recovery s"),
            ("recovery_latency_rounds", "recovery rounds"), ("ack_latency_s", "ACK s"),
            ("ack_latency_rounds", "ACK rounds"), ("cpu_us_per_packet", "node CPU us/packet"),
            ("ceiling_2cores", "2-core ceiling/s"), ("sender_jain", "Jain senders"), ("group_jain", "Jain groups"),

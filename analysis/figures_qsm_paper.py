@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # the point: the experiment's coordinates, and the run's time dilation and CPU budget (figlib's identity columns) so
 # that runs with and without budgets are never averaged together
-POINT = ("members", "groups", "n_senders", "R", "loss", "token_s", "shaper", "dilation", "cpu")
+POINT = ("members", "groups", "regions", "n_senders", "R", "loss", "token_s", "shaper", "dilation", "cpu")
 # the paper's numbers, read from its text (seed 004 §3.2-3.10); Figure 9's two ends are in the text, the rest of
 # its curve and Figures 12, 13, 19, 20 only as plots (not in the seed's text)
 # Figure 1's text gives only JGroups' aggregate throughput relative to one group ("decreases ... by 6% with 2

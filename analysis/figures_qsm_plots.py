@@ -1,7 +1,7 @@
 """The figures of analysis/figures_qsm.py, drawn from its per-point rows (summary.csv) and its runs (runs.csv with
 rate_series.csv): Figures 9, 12-13, 17, 19-20 (one group, one sender, the token every second), 1 (against the number
-of groups), 15 (against the token rate) and 16 (against the number of senders). Points at another time dilation or
-CPU budget are drawn as lines of their own."""
+of groups), 14 (against the regions of one group), 15 (against the token rate) and 16 (against the number of
+senders). Points at another time dilation or CPU budget are drawn as lines of their own."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -142,10 +142,11 @@ def fig17(runs: list[dict], path: Path) -> None:
     save(fig, path)
 
 
-def series_over(rows: list[dict], x: str) -> dict[tuple, list[dict]]:
-    """The rows split into series by every point key but `x` (the shaper, N and CPU budget kept), each with at
-    least two distinct `x` values: what one line of a figure over `x` draws. Pure."""
-    rest = [k for k in POINT if k != x]
+def series_over(rows: list[dict], x: str, also: tuple[str, ...] = ()) -> dict[tuple, list[dict]]:
+    """The rows split into series by every point key but `x` and `also` (the keys that change with `x`; the shaper,
+    N and CPU budget kept), each with at least two distinct `x` values: what one line of a figure over `x` draws.
+    Pure."""
+    rest = [k for k in POINT if k != x and k not in also]
     out: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get(x) is not None:
@@ -153,8 +154,8 @@ def series_over(rows: list[dict], x: str) -> dict[tuple, list[dict]]:
     return {k: sorted(v, key=lambda r: r[x]) for k, v in out.items() if len({r[x] for r in v}) >= 2}
 
 
-def _label(key: tuple, x: str, show: tuple[str, ...]) -> str:
-    d = dict(zip([k for k in POINT if k != x], key))
+def _label(key: tuple, x: str, show: tuple[str, ...], also: tuple[str, ...] = ()) -> str:
+    d = dict(zip([k for k in POINT if k != x and k not in also], key))
     names = {"members": "members", "groups": "G", "n_senders": "S", "R": "R", "token_s": "token s"}
     parts = [f"{names[k]} {d[k]}" for k in show if k in d]
     parts.append(f"loss {d['loss']:.1%}" if d.get("loss") else "no loss")
@@ -191,6 +192,36 @@ def fig1(agg: list[dict], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     save(fig, path, title="Figure 1 here: multicast rate vs the number of groups")
+
+
+def fig14(agg: list[dict], path: Path) -> None:
+    """Figure 14: throughput and the packets put on the wire against the number of regions of the one group (the
+    artificial groups that split it change with the regions); right: throughput relative to each series' fewest
+    regions, beside 1/k (the paper: "slightly less than inversely proportionally")."""
+    series = series_over([r for r in agg if r.get("n_senders") == 1 and r.get("regions")], "regions", ("groups",))
+    if not series:
+        return
+    plt = pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (key, rows) in enumerate(sorted(series.items(), key=lambda kv: str(kv[0]))):
+        label = _label(key, "regions", ("members", "R"), ("groups",))
+        _line(a1, rows, "regions", "throughput", f"messages/s ({label})", color=f"C{i}")
+        _line(a1, rows, "regions", "transmitted", f"packets on the wire/s ({label})", marker="^", color=f"C{i}")
+        ours = [r for r in rows if r.get("throughput")]
+        if ours:
+            k0, t0 = ours[0]["regions"], ours[0]["throughput"]
+            a2.plot([r["regions"] for r in ours], [r["throughput"] / t0 for r in ours], "o-", color=f"C{i}",
+                    label=f"here: messages/s over that at {k0} region(s) ({label})")
+            ks = [r["regions"] for r in ours]
+            a2.plot(ks, [k0 / k for k in ks], "--", color="grey", label="1/k: inversely proportional")
+    a1.set_ylabel("per second (steady half)")
+    a2.set_ylabel("throughput relative to the fewest regions")
+    a2.set_ylim(0, 1.2)
+    for ax in (a1, a2):
+        ax.set_xlabel("regions k of the one group (artificial groups split it)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    save(fig, path, title="Figure 14 here: throughput and packets sent vs regions per group")
 
 
 def fig15(agg: list[dict], path: Path) -> None:
@@ -263,5 +294,6 @@ def draw(out: Path, runs: list[dict], agg: list[dict], model: dict | None = None
                 [("paper: ~1 round (small)", PAPER["ack_rounds_small"]),
                  ("paper: 3.5 rounds (large)", PAPER["ack_rounds_large"])])
     fig1(agg, out / "fig1_rate_vs_groups.png")
+    fig14(agg, out / "fig14_regions.png")
     fig15(agg, out / "fig15_token_rate.png")
     fig16(agg, runs, out / "fig16_senders.png")

@@ -21,6 +21,10 @@ tc/delayline.json) — the one definition the report's key metrics, summary.json
   a send counts 0), each over `throughput` (`sender_share`, `group_share`), `sender_share_min`,
   `throughput_per_sender` / `throughput_per_group` (the total over S or G), **Jain's index** (Σx)² / (n Σx²) over
   the senders (`sender_jain`) and over the groups (`group_jain`): 1 when all are equal, 1/n when one has all.
+- **regions** (Figure 14): `regions`, the most regions one data message went to (`data_sent.regions`; every region
+  of a group is its own IP multicast group, so a message is one packet per region); `transmitted`: the data
+  packets per second the senders put on the wire in the steady window, one per region of each message (with the
+  mcast transport; None with udp, whose copies go member by member, or for logs without `regions`).
 - **rate over time** (Figures 17-18): `rate_series`, data messages per whole second since t0 between the first
   and last (partial) seconds of sending (0 for a second without a send); `rate_std` its standard deviation over
   the seconds of the steady window, `rate_cv` over their mean; `rate_std_per_s_mean`: per sender the standard
@@ -268,6 +272,7 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
     ids = {m.name: m.id for m in sorted(run.members, key=lambda m: m.id)}
     groups = group_members(p, ids)
     sent: dict[str, list[tuple[float, int, str | None]]] = {}
+    copies: list[tuple[float, int]] = []                  # (ts, regions) of each data_sent that names its regions
     received: dict[str, list[float]] = {m: [] for m in ids}
     got: set[tuple[str, int, int]] = set()
     recovered, acks, rates, skipped, rounds = [], [], [], 0, 0
@@ -276,6 +281,8 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
         ev = e.get("event")
         if ev == "data_sent":
             sent.setdefault(e["node"], []).append((e["ts"], int(e["seq"]), e.get("group_name")))
+            if isinstance(e.get("regions"), list):
+                copies.append((e["ts"], len(e["regions"])))
         elif ev == "data_received":
             received.setdefault(e["node"], []).append(e["ts"])
             got.add((e["node"], int(e["origin"]), int(e["seq"])))
@@ -300,7 +307,8 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
         "members": len(ids), "groups": n_groups, "n_senders": n_senders, "R": p.get("partition_size", 5),
         "loss": percent((spec.get("links") or {}).get("loss")), "token_s": token_s, "growth": p.get("growth"),
         "rate_initial": wl.get("rate_per_s"), "shaper": run.manifest.get("shaper"), "sender_names": sorted(sent),
-        "steps_skipped": skipped, "token_rounds": rounds, "crashed": sorted(crashed)}
+        "steps_skipped": skipped, "token_rounds": rounds, "crashed": sorted(crashed),
+        "regions": max((k for _, k in copies), default=None)}
     all_ts = sorted(t for s in sent.values() for t, _, _ in s)
     expected = logged = 0
     for origin, msgs in sent.items():
@@ -314,7 +322,8 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
     out["messages"] = out["qsm_messages"] = len(all_ts)
     out["delivery"] = out["qsm_delivery_ratio"] = logged / expected if expected else None
     out.update(throughput_all=None, throughput=None, sender_throughput={}, group_throughput={},
-               delivered_min=None, delivered_mean=None, rate_series=[], rate_std=None, rate_cv=None)
+               delivered_min=None, delivered_mean=None, rate_series=[], rate_std=None, rate_cv=None,
+               transmitted=None)
     if len(all_ts) >= 2:
         first, last = all_ts[0], all_ts[-1]
         mid = (first + last) / 2
@@ -328,6 +337,8 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
                 by_group.setdefault(g, []).append(t)
         if window > 0:
             out["throughput"] = sum(1 for t in all_ts if t >= mid) / window
+            if copies and len(copies) == len(all_ts) and p.get("transport", "mcast") == "mcast":
+                out["transmitted"] = sum(k for t, k in copies if t >= mid) / window
             out["sender_throughput"] = window_rates(by_sender, mid, last)
             out["group_throughput"] = window_rates(by_group, mid, last)
             rx = [sum(1 for t in ts if mid <= t <= last) / window for m, ts in received.items() if m not in sent]

@@ -70,7 +70,7 @@ def test_aggregate_mean_and_student_t_interval():
     assert agg[0]["throughput"] == pytest.approx(110.0) and agg[0]["load_max"] == 3.0
     assert agg[0]["throughput_ci95"] == pytest.approx(4.303 * 10 / 3 ** 0.5, rel=1e-3)
     assert agg[0]["throughput_n"] == 3 and agg[0]["recovery_rate_n"] == 0
-    assert "| 8 | - | - | 5 | 0.0% | 1 | delayline | 1 | - | 3 | 1 |" in fq.markdown_tables(agg)
+    assert "| 8 | - | - | - | 5 | 0.0% | 1 | delayline | 1 | - | 3 | 1 |" in fq.markdown_tables(agg)
 
 
 def test_markdown_leaves_out_what_older_results_lack():
@@ -117,8 +117,8 @@ def test_runs_then_tables_from_the_csvs_alone(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["runs"], summary["excluded"]) == (2, 1)
     md = (out / "tables.md").read_text()
-    assert "| 3 | 1 | 1 | 2 | 0.0% | 0.5 | delayline | 1 | - | 1 | 0 |" in md
-    assert "| 3 | 1 | 2 | 2 | 0.0% | 0.5 | delayline | 1 | - | 1 | 0 |" in md
+    assert "| 3 | 1 | - | 1 | 2 | 0.0% | 0.5 | delayline | 1 | - | 1 | 0 |" in md
+    assert "| 3 | 1 | - | 2 | 2 | 0.0% | 0.5 | delayline | 1 | - | 1 | 0 |" in md
     again = tmp_path / "again"
     assert fq.main(["tables", str(out), "--out", str(again)]) == 0
     for f in ("summary.csv", "summary.json", "tables.md"):
@@ -147,7 +147,7 @@ def test_points_differ_by_groups_and_senders_and_series_follow_one_key():
     assert [[r["groups"] for r in rows] for rows in by_g.values()] == [[1, 4]]
     by_s = fp.series_over(agg, "n_senders")
     assert [[r["n_senders"] for r in rows] for rows in by_s.values()] == [[1, 2]]
-    assert "| 25 | 4 | 1 | 5 | 0.0% | 1 | delayline | 1 | - |" in fq.markdown_tables(agg)
+    assert "| 25 | 4 | - | 1 | 5 | 0.0% | 1 | delayline | 1 | - |" in fq.markdown_tables(agg)
     assert [s for s, _ in fp.budgets(agg)] == [" (N = 1.0, CPU unbounded)", " (N = 4.0, CPU 0.5)"]
 
 
@@ -159,10 +159,14 @@ def test_figures_are_drawn(tmp_path):
     runs += [dict(base, groups=1, n_senders=s, loss=0.0, token_s=1.0, sender_throughput={"h0": 50.0, "h1": 50.0})
              for s in (2, 3)]
     runs += [dict(base, groups=1, n_senders=1, loss=0.01, token_s=t) for t in (0.25, 0.5, 1.0, 2.0)]
+    runs += [dict(base, groups=k, regions=k, n_senders=1, loss=0.0, token_s=1.0, throughput=100.0 / k,
+                  transmitted=100.0) for k in (1, 2, 4)]
     runs += [dict(base, groups=1, n_senders=1, loss=lo, token_s=1.0, members=m, rate_series=[1, 2], seed=1,
                   dilation=n, cpu=c) for m in (8, 16) for lo in (0.0, 0.01) for n, c in ((1.0, None), (4.0, 0.5))]
     agg = fq.aggregate(runs)
     fp.draw(tmp_path, runs, agg, None)
-    for f in ("fig1_rate_vs_groups.png", "fig15_token_rate.png", "fig16_senders.png", "fig9_rate_vs_nodes.png",
-              "fig17_rate_over_time.png", "fig19_recovery.png", "fig20_ack_latency.png"):
+    assert [[r["regions"] for r in rows] for rows in fp.series_over(agg, "regions", ("groups",)).values()] == [
+        [1, 2, 4]]
+    for f in ("fig1_rate_vs_groups.png", "fig14_regions.png", "fig15_token_rate.png", "fig16_senders.png",
+              "fig9_rate_vs_nodes.png", "fig17_rate_over_time.png", "fig19_recovery.png", "fig20_ack_latency.png"):
         assert (tmp_path / f).stat().st_size > 0, f

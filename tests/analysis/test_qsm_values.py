@@ -24,7 +24,7 @@ def qsm_run(root: Path, events: list[dict], n: int = 3, groups: list[dict] | Non
             token_s: float = 0.5, loss: str | None = None, senders: list[str] | int | None = None,
             delayline_cpu_s: float | None = None, status: str = "completed", end_s: float = 10.0,
             dilation: float | None = None, cpu: float | None = None, judges: dict | None = None,
-            name: str = "qsm-run", seed: int = 1) -> Path:
+            name: str = "qsm-run", seed: int = 1, transport: str | None = None) -> Path:
     """A QSM run directory: members h0..h<n-1> (ids 0..n-1), the events given (ts virtual), t0 = T0, the run ending
     `end_s` (virtual) after t0."""
     d = root / name
@@ -33,7 +33,7 @@ def qsm_run(root: Path, events: list[dict], n: int = 3, groups: list[dict] | Non
     names = [f"h{i}" for i in range(n)]
     members = [{"id": i, "name": m, "addr": f"10.0.0.{i + 1}:7000"} for i, m in enumerate(names)]
     proto = {"name": "qsm", "groups": groups or GROUP_A, "partition_size": R, "token_interval_s": token_s,
-             "growth": 0.2}
+             "growth": 0.2, **({"transport": transport} if transport else {})}
     for i, m in enumerate(names):
         (d / "configs" / f"{m}.json").write_text(json.dumps({"name": m, "id": i, "listen": f"10.0.0.{i + 1}:7000",
                                                              "members": members, "protocol": proto,
@@ -207,6 +207,27 @@ def test_groups_round_robin_by_hand(tmp_path):
     assert r["group_jain"] == pytest.approx(1.5 ** 2 / (3 * 1.25))          # 2.25 / 3.75 = 0.6
     assert r["delivery"] == 1.0
 
+
+
+def test_regions_and_packets_on_the_wire_by_hand(tmp_path):
+    """Figure 14 shape: group a of h0-h3 broken into regions by an artificial group x = h2, h3 (no sender): h0's
+    messages go to r-a and r-a-x, two packets each. h0 sends seq 1-5 at t = 1..5: steady half [3, 5], 3 messages in
+    2 s -> 1.5/s, 6 packets -> 3.0/s. With the udp transport the wire count is unknown here (None), and so is it
+    for a log whose data_sent names no regions."""
+    groups = [{"name": "a", "members": "all"}, {"name": "x", "members": ["h2", "h3"]}]
+    ev = [e(f"h{i}", "node_started", 0.0, id=i) for i in range(4)]
+    for seq in range(1, 6):
+        ev.append(e("h0", "data_sent", float(seq), seq=seq, group_name="a", regions=["r-a", "r-a-x"]))
+        ev += [e(f"h{i}", "data_received", seq + 0.01, origin=0, seq=seq) for i in (1, 2, 3)]
+    r = values(tmp_path, ev, n=4, groups=groups, senders=["h0"])
+    assert (r["groups"], r["regions"]) == (2, 2) and r["delivery"] == 1.0
+    assert r["throughput"] == pytest.approx(1.5) and r["transmitted"] == pytest.approx(3.0)
+    udp = qsm.qsm_values(load(qsm_run(tmp_path / "udp", ev, n=4, groups=groups, transport="udp")))
+    assert udp["regions"] == 2 and udp["transmitted"] is None and udp["throughput"] == pytest.approx(1.5)
+    for x in ev:
+        x.pop("regions", None)
+    old = values(tmp_path / "old", ev, n=4, groups=groups, senders=["h0"])
+    assert old["regions"] is None and old["transmitted"] is None and old["throughput"] == pytest.approx(1.5)
 
 def test_delivery_per_group_with_overlapping_groups(tmp_path):
     """Groups a = h0, h1, h2 (names and an id) and b = h2, h3; h0 sends 2 messages into a, h3 1 into b. a: h1 gets
