@@ -14,6 +14,7 @@ from orchestrator.errors import SpecError
 from orchestrator.source import FieldError
 from orchestrator.mcast.tree import member_endpoints
 from orchestrator.protocols import SECTIONS, Context
+from orchestrator.schedule import expand, most_down, parse_schedule
 from orchestrator.plan import NetworkPlan, choose_senders
 from orchestrator.spec import Experiment
 from orchestrator.units import parse_time
@@ -34,7 +35,8 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
         raise SpecError("the topology has no members to run the protocol on")
     if exp.protocol is None:
         raise SpecError(f"protocol: the experiment names no protocol (available: {', '.join(SECTIONS)})")
-    params = exp.protocol.node_params(Context(members=len(members), seed=exp.seed))
+    down = most_down(expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed))
+    params = exp.protocol.node_params(Context(members=len(members), seed=exp.seed, down=down))
     ids = {m.name: i for i, m in enumerate(members)}
     senders = choose_senders(exp, plan)
     wl = {k: v for k, v in exp.workload.items() if k != "senders"}

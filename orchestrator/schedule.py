@@ -387,6 +387,20 @@ def expand(actions: list[_Action], plan: NetworkPlan, duration_s: float, seed: i
     return Timeline(actions=actions, ops=x.ops, joiners=x.joiners)
 
 
+def most_down(timeline: Timeline) -> int:
+    """The most members the timeline has down at once: crashed and not restarted yet (a crash of a member already
+    down counts once; a paused member is not down). Pure."""
+    down: set[str] = set()
+    most = 0
+    for op in sorted(timeline.ops):
+        if op.kind == OpKind.CRASH:
+            down.update(op.targets)
+        elif op.kind == OpKind.START:
+            down.difference_update(op.targets)
+        most = max(most, len(down))
+    return most
+
+
 def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s: float) -> Timeline:
     """The timeline with the views of a group membership service the orchestrator plays (a protocol adapter's
     `gms_detect_s`: QSM's GMS, §2.1 of its paper, "listens to ... messages from a failure detector"): each crash

@@ -38,10 +38,12 @@ def _seconds(v: Any) -> Any:
 
 @dataclass(frozen=True)
 class Context:
-    """What the node parameters may depend on besides the section: the plan's members and the experiment."""
+    """What the node parameters may depend on besides the section: the plan's members and the experiment; `down`:
+    the most members the schedule has down at once (crashed, not restarted yet; schedule.most_down)."""
 
     members: int
     seed: int
+    down: int = 0
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,10 @@ def _netns() -> set[str]:
                                                                      "unknown key"]),
     (PROTOCOL_BASE + "protocol:\n  vsync: {k: 20}\n", ["protocol.vsync.k:", "committee of 20 is larger than the group",
                                                      "(9 members)"]),
+    # ... and than the group the schedule leaves when it has the most members down (3 of 9: k at most 6)
+    (PROTOCOL_BASE + "protocol:\n  vsync: {k: 7}\nschedule:\n  - {at: 5s, action: crash, nodes: [h1, h2, h3]}\n"
+     "duration: 20s\n", ["protocol.vsync.k:", "committee of 7 is larger than the group (9 members) with the 3 members "
+                        "the schedule has down at once: k must be at most 6"]),
     (PROTOCOL_BASE + "protocol:\n  tradvsync: {window: 4}\nworkload: {senders: [h99], rate_per_s: 10}\n",
      ["workload.senders:", "'h99'", "not members"]),
     (PROTOCOL_BASE + "protocol:\n  vsync: {k: 2}\nworkload: {senders: [h3], rate_per_s: 10, size_bytes: 4}\n",

@@ -3,7 +3,7 @@ import pytest
 
 from orchestrator.errors import SpecError
 from orchestrator.plan import build_plan
-from orchestrator.schedule import PERTURB_INTERVAL_S, OpKind, expand, parse_schedule, with_gms
+from orchestrator.schedule import PERTURB_INTERVAL_S, OpKind, expand, most_down, parse_schedule, with_gms
 from orchestrator.spec import parse_experiment
 
 PLAN = build_plan(parse_experiment("topology: {kind: tree, nodes: 40, degree: 4, members: {count: 20, seed: 3}}\n"))
@@ -105,6 +105,18 @@ def test_a_member_paused_when_a_view_came_gets_it_again_as_it_resumes():
     assert views == [(11.5, 1, (c,), (((7,),), (c,))), (13.0, 0, tuple(sorted((a, b))), (((7,),), (c,)))]
     cont = next(k for k, o in enumerate(tl.ops) if o.kind == OpKind.CONT_SIGNAL)
     assert tl.ops[cont + 1].kind == OpKind.GMS_VIEW      # after they are running again
+
+
+def test_most_members_down_at_once():
+    # 2 down at 10 s, one back at 20 s, 2 more at 30 s: 3 down at once; pauses and joins are nobody down
+    a, b, c, d = MEMBERS[:4]
+    tl = timeline([{"at": 10, "action": "crash", "nodes": [a, b]}, {"at": 20, "action": "restart", "nodes": [a]},
+                   {"at": 30, "action": "crash", "nodes": [c, d]}, {"at": 40, "action": "restart", "crashed": True},
+                   {"at": 45, "action": "pause", "nodes": [a], "duration": "5s"},
+                   {"at": 50, "action": "join", "nodes": [MEMBERS[5]]}])
+    assert most_down(tl) == 3
+    assert most_down(timeline([])) == 0
+    assert most_down(timeline([{"at": 5, "action": "crash", "fraction": 0.25}])) == 5
 
 
 def test_join_members_start_late():
