@@ -84,7 +84,9 @@ def test_qsm_small_every_member_delivers_its_groups(tmp_path):
     (("range(8, 24) %}h", "range(8, 23) %}h"), "members [23] belong to no group"),
     (("partition_size: 3", "partition_size: 0"), "partition_size: Input should be greater than or equal to 1"),
     (("- {name: b, members: [", "- {name: b, members: [h99, "), "'h99' is not a member"),
-    (("], senders: [h20]}", "], senders: [h21]}"), "sends to multicast group 'r-b' but is not among its senders"),
+    (("duration: 30s", "multicast:\n  groups:\n    - {name: r-b, address: 239.1.0.3, members: [h16, h17, h18, h19, "
+                       "h20, h21, h22, h23], senders: [h21]}\nduration: 30s"),
+     "sends to multicast group 'r-b' but is not among its senders"),       # declared groups win over derived
 ])
 def test_bad_qsm_input_exits_2_before_anything_is_built(tmp_path, edit, message):
     name = unique_lab("q")
