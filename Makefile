@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-small repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
 setup: system venv docker-engine
 
 system:
@@ -162,6 +162,13 @@ repro-qsm-sim: setup
 repro-qsm-crash: setup
 	$(LOGGED) $(ORCH) sweep topologies/qsm-crash-sweep.yaml --out $(REPRO_OUT)/qsm-crash --no-analyze
 	$(PY) -m experiments.qsm_crash_table $(REPRO_OUT)/qsm-crash --out docs/results/qsm-crash --load $(REPRO_OUT)/load.log
+
+# docs/qsm.md's lab numbers: topologies/qsm-small.yaml as shipped (24 members, two overlapping groups, 1 % loss,
+# two senders capped at 60/s), seeds 1-3, one at a time, the load logged; about 4 minutes. Resumable.
+repro-qsm-small: setup
+	@set -e; for s in 1 2 3; do ls -d $(REPRO_OUT)/qsm-small/s$$s/qsm-small-* >/dev/null 2>&1 || \
+	  $(LOGGED) $(ORCH) run topologies/qsm-small.yaml --seed $$s --out $(REPRO_OUT)/qsm-small/s$$s; done
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-small --out docs/results/qsm-small --load $(REPRO_OUT)/load.log
 
 # QSM's Figure 14 (issue 34): one 25-member group split into 1, 2, 4, 8 regions by artificial groups, every member
 # at a CPU budget of 0.2 virtual cores (N = 4), 3 runs per point, one at a time, the load logged; about 20 minutes.

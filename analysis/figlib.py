@@ -11,7 +11,8 @@ which runs, which point keys, which values, which tables and figures; it compute
 
 A row's identity columns: `run` (the run directory's name), `run_dir`, `point` and the sweep coordinates (`c.<axis>`)
 when the run belongs to a sweep, `seed`, `status`, `verdict` and `judged` (the judges' reasons), `dilation`, `cpu`
-(the budget), `load_mean`/`load_max` (from a load log), and `excluded`: None, or why the row is not in the
+(the budget), with an enforced budget `budget_bound` (how many members ran at their budget: throttled in most
+periods) and `throttled_share_max`, `load_mean`/`load_max` (from a load log), and `excluded`: None, or why the row is not in the
 aggregates (not completed; the values function's own reason; unfaithful when `faithful_only`).
 
 analysis/figtables.py is the other half: the per-point summary as the scripts' summary.csv files lay it out
@@ -94,6 +95,8 @@ def identity(run: RunDir, ctx: dict, load: list[tuple[float, float]] | None = No
     row.update(seed=m.get("seed"), status=run.status, verdict=j.get("verdict"),
                judged="; ".join(j.get("reasons") or []) or None, dilation=run.dilation,
                cpu=(m.get("cpu_budget") or {}).get("cpu"))
+    if j.get("budget_bound") is not None:       # the CPU budget judges: members that ran at their budget
+        row.update(budget_bound=j["budget_bound"], throttled_share_max=j.get("throttled_share_max"))
     if load is not None:
         a, b = m.get("started_at"), m.get("ended_at")
         xs = [v for t, v in load if a is not None and b is not None and a <= t <= b]

@@ -39,7 +39,9 @@ def _sweep(tmp_path, n_runs: int = 3, bad: int | None = None):
             m["status"] = "failed: boom"
         (d / "manifest.json").write_text(json.dumps(m))
         (d / "judges.json").write_text(json.dumps({"verdict": "unfaithful" if i == 0 else "faithful",
-                                                   "reasons": ["timer lag p99 60 ms > 50 ms"] if i == 0 else []}))
+                                                   "reasons": ["timer lag p99 60 ms > 50 ms"] if i == 0 else [],
+                                                   **({"budget_bound": 1, "throttled_share_max": 0.9}
+                                                      if i == 1 else {})}))
         points[pid] = {"id": pid, "coords": {"x": "1"}, "rep": i, "status": "completed",
                        "run_dir": f"points/{pid}/run{i}"}
     (root / "sweep.json").write_text(json.dumps({"points": points}))
@@ -61,6 +63,8 @@ def test_collect_keeps_every_run_and_says_why_one_is_left_out(tmp_path):
     assert [r["excluded"] for r in rows] == [None, None, "not completed (failed: boom)"]
     assert rows[0]["verdict"] == "unfaithful" and rows[0]["judged"] == "timer lag p99 60 ms > 50 ms"
     assert rows[0]["c.x"] == "1" and rows[0]["point"] == "x-1_r0" and seen == ["run0", "run1"]
+    # a run with CPU budgets: how many members ran at theirs (judges.json); none said for a run without
+    assert (rows[1]["budget_bound"], rows[1]["throttled_share_max"]) == (1, 0.9) and "budget_bound" not in rows[0]
     strict = figlib.collect([root], values, point=("c.x",), faithful_only=True)
     assert strict[0]["excluded"] == "unfaithful: timer lag p99 60 ms > 50 ms"
 
