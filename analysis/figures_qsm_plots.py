@@ -211,7 +211,7 @@ def fig14(agg: list[dict], path: Path) -> None:
         if ours:
             k0, t0 = ours[0]["regions"], ours[0]["throughput"]
             a2.plot([r["regions"] for r in ours], [r["throughput"] / t0 for r in ours], "o-", color=f"C{i}",
-                    label=f"here: messages/s over that at {k0} region(s) ({label})")
+                    label=f"here, over k = {k0} ({label})")
             ks = [r["regions"] for r in ours]
             a2.plot(ks, [k0 / k for k in ks], "--", color="grey", label="1/k: inversely proportional")
     a1.set_ylabel("per second (steady half)")
@@ -220,7 +220,8 @@ def fig14(agg: list[dict], path: Path) -> None:
     for ax in (a1, a2):
         ax.set_xlabel("regions k of the one group (artificial groups split it)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    a1.legend(fontsize=7, loc="upper left")
+    a2.legend(fontsize=7, loc="lower left")
     save(fig, path, title="Figure 14 here: throughput and packets sent vs regions per group")
 
 

@@ -15,7 +15,7 @@ from analysis import figures_qsm_plots as fp
 from tests.analysis.test_qsm_values import T0, one_sender_log, qsm_run, two_senders_log
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = ("qsm-fig1", "qsm-fig9", "qsm-fig9-more", "qsm-fig15", "qsm-fig16")
+COMMITTED = ("qsm-fig1", "qsm-fig9", "qsm-fig9-more", "qsm-fig14", "qsm-fig15", "qsm-fig16")
 
 
 @pytest.mark.parametrize("name", COMMITTED)
