@@ -35,8 +35,9 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
         raise SpecError("the topology has no members to run the protocol on")
     if exp.protocol is None:
         raise SpecError(f"protocol: the experiment names no protocol (available: {', '.join(SECTIONS)})")
-    down = most_down(expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed))
-    params = exp.protocol.node_params(Context(members=len(members), seed=exp.seed, down=down))
+    timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
+    params = exp.protocol.node_params(Context(members=len(members), seed=exp.seed, down=most_down(timeline),
+                                              joiners=tuple(timeline.joiners)))
     ids = {m.name: i for i, m in enumerate(members)}
     senders = choose_senders(exp, plan)
     wl = {k: v for k, v in exp.workload.items() if k != "senders"}

@@ -96,8 +96,8 @@ DISPATCH: dict[OpKind, Callable[[NodeDriver, Op], dict]] = {
     OpKind.LINK_RESTORE: _links,
     OpKind.WORKLOAD_START: lambda d, op: d.control_senders({"cmd": "workload", "op": "start"}),
     OpKind.WORKLOAD_STOP: lambda d, op: d.control_senders({"cmd": "workload", "op": "stop"}),
-    OpKind.GMS_VIEW: lambda d, op: d.control_members({"cmd": "gms_view", "removals": [list(r) for r in op.params[0]]},
-                                                     skip=op.params[1]),
+    OpKind.GMS_VIEW: lambda d, op: d.control_members(
+        {"cmd": "gms_view", "changes": [{kind: list(m)} for kind, m in op.params[0]]}, skip=op.params[1]),
 }
 assert set(DISPATCH) == set(OpKind)
 

@@ -50,7 +50,7 @@ class OpKind(StrEnum):
     LINK_RESTORE = "link_restore"
     WORKLOAD_START = "workload_start"
     WORKLOAD_STOP = "workload_stop"
-    GMS_VIEW = "gms_view"           # the membership service's next view (with_gms): params the removals so far
+    GMS_VIEW = "gms_view"           # the membership service's next view (with_gms): params the changes so far
 
 
 LINK_OPS = frozenset({OpKind.LINK_SET, OpKind.LINK_CUT, OpKind.LINK_RESTORE})
@@ -405,33 +405,42 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
     """The timeline with the views of a group membership service the orchestrator plays (a protocol adapter's
     `gms_detect_s`: QSM's GMS, §2.1 of its paper, "listens to ... messages from a failure detector"): each crash
     is followed, `detect_s` later (the failure detector's delay), by a GMS_VIEW op without the members it
-    crashed, from the same schedule entry. Its params: every view's removals so far, as member ids (the node
-    installs the ones it has not, in order), and the members down by then (crashed, not restarted), whom the
-    view is not sent to. A member paused when a view came gets it again as it resumes (a GMS_VIEW op at its
-    CONT_SIGNAL, from the pause's entry, targets the resumed members; the others ignore a view they have). A view
-    due after the run's end is not announced; a crash of a member that a view already removed (crashed before,
-    restarted since) removes nobody new."""
+    crashed, and each joiner's first start, `detect_s` later, by one with the members it started, from the same
+    schedule entry. Its params: every view's change so far, ("remove" or "add", member ids) (the node installs
+    the ones it has not, in order), and the members down by then (crashed, not restarted, or joiners not started
+    yet), whom the view is not sent to. A member paused when a view came gets it again as it resumes (a GMS_VIEW
+    op at its CONT_SIGNAL, from the pause's entry, targets the resumed members; the others ignore a view they
+    have). A view due after the run's end is not announced; a crash of a member that a view already removed
+    (crashed before, restarted since) removes nobody new; a restart is not a join (the member stays out)."""
     ids = {m.name: i for i, m in enumerate(plan.members)}
-    removals: list[list[int]] = []
+    changes: list[tuple[str, tuple[int, ...]]] = []
     removed: set[int] = set()
-    due: list[tuple[float, int, tuple[str, ...], tuple[tuple[int, ...], ...]]] = []
+    started: set[str] = set()
+    due: list[tuple[float, int, tuple[str, ...], tuple[tuple[str, tuple[int, ...]], ...]]] = []
     for op in timeline.ops:
-        if op.kind != OpKind.CRASH:
+        if op.kind == OpKind.CRASH:
+            new = sorted(ids[n] for n in op.targets if ids[n] not in removed)
+            kind = "remove"
+        elif op.kind == OpKind.START:
+            new = sorted(ids[n] for n in op.targets if n in timeline.joiners and n not in started)
+            started.update(op.targets)
+            kind = "add"
+        else:
             continue
-        new = sorted(ids[n] for n in op.targets if ids[n] not in removed)
         if new and op.t + detect_s <= duration_s:
-            removed.update(new)
-            removals.append(new)
-            due.append((op.t + detect_s, op.index, op.targets, tuple(tuple(r) for r in removals)))
+            if kind == "remove":
+                removed.update(new)
+            changes.append((kind, tuple(new)))
+            due.append((op.t + detect_s, op.index, op.targets, tuple(changes)))
     # one walk in time order over the schedule's ops and the views (an op before a view at the same time)
     marks = sorted([(op.t, 0, k) for k, op in enumerate(timeline.ops)] + [(v[0], 1, k) for k, v in enumerate(due)])
-    down: set[str] = set()
+    down: set[str] = set(timeline.joiners)
     paused: set[str] = set()
     missed: set[str] = set()
-    latest: tuple[tuple[int, ...], ...] = ()
+    latest: tuple[tuple[str, tuple[int, ...]], ...] = ()
     extra: list[Op] = []
 
-    def view(t: float, index: int, targets: tuple[str, ...], views: tuple[tuple[int, ...], ...]) -> None:
+    def view(t: float, index: int, targets: tuple[str, ...], views: tuple[tuple[str, tuple[int, ...]], ...]) -> None:
         extra.append(Op(t=t, seq=len(timeline.ops) + len(extra), kind=OpKind.GMS_VIEW, index=index,
                         targets=targets, params=(views, tuple(sorted(down)))))
 

@@ -10,8 +10,10 @@ tc/delayline.json) — the one definition the report's key metrics, summary.json
 - **delivery** (`qsm_delivery_ratio` too): receipts logged over receipts expected — each data message at every
   member of its group (`data_sent.group_name`) but its origin and the members the schedule crashed (the paper's
   property is delivery "to all nodes that have not crashed or left the group"; the GMS removes them: docs/qsm.md)
-  (the generic delivery ratio counts every member, which is wrong for overlapping groups); `crashed`: those
-  members; `messages` (`qsm_messages` too): the data messages sent.
+  (the generic delivery ratio counts every member, which is wrong for overlapping groups); a joiner (the
+  params' `joiners`) expects an origin's messages from when that origin installed the view that added it
+  (`join_cutoffs`: the views the origin multicasts into from then on have the joiner), none before, none if it
+  never joined; `crashed`: those members; `messages` (`qsm_messages` too): the data messages sent.
 - **throughput** (Figures 9, 12, 13): data messages per second over the *steady window*, the second half of the
   sending span (first to last send of any sender; the paper ignores warm-up and cool-down); `throughput_all`:
   (messages - 1) / (last send - first send); `delivered_min` / `delivered_mean`: the new packets per second the
@@ -88,16 +90,28 @@ def group_table(spark, params: dict[str, Any], members: list[tuple[int, str]]) -
     return spark.createDataFrame(rows, "group_name string, member string")
 
 
-def delivery_per_group(events: DataFrame, groups: DataFrame, members: DataFrame) -> DataFrame:
+def delivery_per_group(events: DataFrame, groups: DataFrame, members: DataFrame,
+                       joiners: list[str] | None = None) -> DataFrame:
     ids = members.select(F.col("member_id").alias("origin"), F.col("member").alias("origin_name"))
     sent = (events.where(F.col("event") == "data_sent")
-            .select(F.col("node").alias("origin_name"), "seq", raw("group_name", "string").alias("group_name"))
+            .select(F.col("node").alias("origin_name"), "seq", "ts",
+                    raw("group_name", "string").alias("group_name"))
             .join(ids, "origin_name"))
     crashed = (events.where((F.col("event") == "action_applied") & (raw("op", "string") == "crash"))
                .select(F.explode(F.from_json(F.get_json_object("raw", "$.targets"), "array<string>"))
                        .alias("member")).distinct())
     expected = (sent.join(groups, "group_name").where(F.col("member") != F.col("origin_name"))
                 .join(crashed, "member", "left_anti"))     # run_values' rule: crashed members expect nothing
+    if joiners:     # run_values' rule: a joiner expects an origin's messages from that origin's view with it on
+        views = [(r["node"], r["ts"], r["view"], r["added"]) for r in events.where(F.col("event") == "gms_view")
+                 .select("node", "ts", raw("view", "int").alias("view"),
+                         F.from_json(F.get_json_object("raw", "$.added"), "array<int>").alias("added")).collect()]
+        id_of = {r["member"]: r["member_id"] for r in members.collect()}
+        cut = join_cutoffs(views, set(joiners), id_of)
+        rows = [(j, o, cut[j].get(o, NEVER)) for j in sorted(cut) for o in sorted(id_of)]
+        since = events.sparkSession.createDataFrame(rows, "member string, origin_name string, since double")
+        expected = (expected.join(since, ["member", "origin_name"], "left")
+                    .where(F.col("since").isNull() | (F.col("ts") >= F.col("since"))).drop("since"))
     got = (events.where(F.col("event") == "data_received")
            .select(F.col("node").alias("member"), "origin", "seq").distinct().withColumn("hit", F.lit(1)))
     per = expected.join(got, ["member", "origin", "seq"], "left")
@@ -263,6 +277,29 @@ def cpu_costs(messages: int | None, receipts: int | None, node_cpu_s: float | No
     return out
 
 
+NEVER = 1e30       # a joiner's cutoff for an origin whose view with it never came
+
+
+def join_cutoffs(views: list[tuple[str, float, int | None, list[int] | None]], joiners: set[str],
+                 ids: dict[str, int]) -> dict[str, dict[str, float]]:
+    """joiner -> origin -> the time from which the origin's messages are expected at the joiner: when the origin
+    installed the view that added the joiner (the joiner's `gms_view` names itself in `added`; every member logs
+    the view number it installs). `views`: (node, ts, view, added) of every `gms_view` event. An origin missing:
+    never (the joiner never joined, or the origin never installed that view). Pure."""
+    names = {i: n for n, i in ids.items()}
+    added_in: dict[str, int] = {}
+    for _, _, view, added in views:
+        for j in added or ():
+            if names.get(j) in joiners and view is not None:
+                added_in.setdefault(names[j], view)
+    out: dict[str, dict[str, float]] = {j: {} for j in joiners}
+    for j, v in added_in.items():
+        for node, ts, view, _ in views:
+            if view is not None and view >= v:
+                out[j][node] = min(out[j].get(node, math.inf), ts)
+    return out
+
+
 def qsm_values(run: RunDir) -> dict[str, Any]:
     """QSM's numbers of a run (the module docstring defines each)."""
     spec = run.manifest.get("spec") or {}
@@ -277,6 +314,7 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
     got: set[tuple[str, int, int]] = set()
     recovered, acks, rates, skipped, rounds = [], [], [], 0, 0
     crashed: set[str] = set()
+    views: list[tuple[str, float, int | None, list[int] | None]] = []
     for e in run.events:
         ev = e.get("event")
         if ev == "data_sent":
@@ -298,6 +336,8 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
             rounds += 1
         elif ev == "action_applied" and e.get("op") == "crash":
             crashed.update(e.get("targets") or ())
+        elif ev == "gms_view":
+            views.append((e["node"], e["ts"], e.get("view"), e.get("added")))
     wl_senders = wl.get("senders")
     configured = [s for s in wl_senders if isinstance(s, str)] if isinstance(wl_senders, list) else []
     n_groups = len(p.get("groups") or []) or None
@@ -311,12 +351,15 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
         "regions": max((k for _, k in copies), default=None)}
     all_ts = sorted(t for s in sent.values() for t, _, _ in s)
     expected = logged = 0
+    joiners = {j if isinstance(j, str) else next((n for n, i in ids.items() if i == j), str(j))
+               for j in p.get("joiners") or ()}
+    cut = join_cutoffs(views, joiners, ids) if joiners else {}
     for origin, msgs in sent.items():
         if origin not in ids:
             continue
-        for _, seq, g in msgs:
+        for ts, seq, g in msgs:
             for m in groups.get(g, ()):
-                if m != origin and m not in crashed:
+                if m != origin and m not in crashed and (m not in cut or ts >= cut[m].get(origin, NEVER)):
                     expected += 1
                     logged += (m, ids[origin], seq) in got
     out["messages"] = out["qsm_messages"] = len(all_ts)
@@ -402,7 +445,9 @@ class Qsm(ProtocolAnalysis):
         members = [(r["member_id"], r["member"]) for r in ctx.members.collect()]
         groups = group_table(ctx.spark, ctx.run.params, members)
         d: dict[str, Any] = {}
-        d["delivery"] = table("qsm_delivery_per_group", delivery_per_group(events, groups, ctx.members))
+        joiners = [j if isinstance(j, str) else dict(members).get(j, str(j))
+                   for j in ctx.run.params.get("joiners") or ()]
+        d["delivery"] = table("qsm_delivery_per_group", delivery_per_group(events, groups, ctx.members, joiners))
         d["throughput"] = table("qsm_throughput", throughput(events))
         samples = rate_samples(events).cache()
         d["rate_samples"] = table("qsm_rate_samples", samples)

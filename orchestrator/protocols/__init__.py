@@ -39,11 +39,13 @@ def _seconds(v: Any) -> Any:
 @dataclass(frozen=True)
 class Context:
     """What the node parameters may depend on besides the section: the plan's members and the experiment; `down`:
-    the most members the schedule has down at once (crashed, not restarted yet; schedule.most_down)."""
+    the most members the schedule has down at once (crashed, not restarted yet; schedule.most_down); `joiners`:
+    the members the schedule's `join` actions start late."""
 
     members: int
     seed: int
     down: int = 0
+    joiners: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,16 @@ from . import Adapter, Context, GroupContext
 
 
 def _qsm_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """The schedule's joiners become the node's `joiners` (outside the initial views until the GMS adds them:
+    `schedule.with_gms`); group members given as ids are checked here."""
     from gossipnode.protocols.qsm.membership import compute_regions
 
+    given = params.get("joiners")
+    if given is not None and sorted(map(str, given)) != sorted(ctx.joiners):
+        raise SpecError("protocol.qsm.joiners: set from the schedule's `join` actions "
+                        f"({', '.join(ctx.joiners) or 'none'}); leave it out")
+    if ctx.joiners:
+        params = {**params, "joiners": list(ctx.joiners)}
     groups = params.get("groups") or []
     ids: dict[str, list[int]] = {}
     for g in groups:
@@ -42,19 +50,19 @@ def _qsm_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
 
 
 def _qsm_membership_warnings(params: dict[str, Any], changes: list[str]) -> list[str]:
-    """The orchestrator is QSM's GMS for crashes (`_gms_detect_s`: each crash is followed by a view without the
-    crashed members), but nobody comes back: a restarted member is out of the views for good ("it would need to
-    rejoin the system", which is not built) and a late joiner was in its region from the start."""
-    back = [c for c in changes if c != "crashes members"]
-    if not back:
+    """The orchestrator is QSM's GMS for crashes and joins (`_gms_detect_s`: each crash is followed by a view
+    without the crashed members, each joiner's start by a view with it), but a crashed member does not come back:
+    restarted, it is out of the views for good ("it would need to rejoin the system": a restarted process would
+    start its sequence numbers again, which this GMS does not handle)."""
+    if "restarts members" not in changes:
         return []
-    return [f"the schedule {' and '.join(back)}, but QSM's membership service only removes members (a crash is "
-            "followed by a view without it; no joins: docs/qsm.md): a restarted member stays out of the views, a "
-            "joiner was in its region from the start"]
+    return ["the schedule restarts members, but QSM's membership service does not take a crashed member back (a "
+            "crash is followed by a view without it; docs/qsm.md): a restarted member stays out of the views"]
 
 
 def _gms_detect_s(params: dict[str, Any]) -> float:
-    """QSM's GMS is played by the orchestrator: a crash's view comes `failure_detection_s` after it."""
+    """QSM's GMS is played by the orchestrator: a crash's view comes `failure_detection_s` after it, and a
+    joiner's `failure_detection_s` after it starts."""
     from gossipnode.protocols.qsm.params import QsmParams
 
     return QsmParams.model_validate({"name": "qsm", **params}).failure_detection_s
@@ -74,8 +82,9 @@ def _qsm_groups(params: dict[str, Any], ctx: GroupContext) -> list[dict[str, Any
     ids = {name: i for i, name in enumerate(ctx.names)}
     cfg = SimpleNamespace(n=len(ctx.names), members=[SimpleNamespace(name=m, id=i) for m, i in ids.items()],
                           senders=[ids[s] for s in ctx.senders if s in ids])
+    full = {k: v for k, v in params.items() if k != "joiners"}      # the regions once every joiner has joined
     try:
-        ms = QsmParams.model_validate({"name": "qsm", **params}).membership(cfg)
+        ms = QsmParams.model_validate({"name": "qsm", **full}).membership(cfg)
     except ValueError as exc:
         raise SpecError(f"protocol.qsm: {exc}") from None
     return [{"name": r.name, "members": [ctx.names[m] for m in r.members],

@@ -145,6 +145,25 @@ def test_run_values_equal_the_spark_tables_on_one_log(spark, tmp_path):
     assert ours["rate_series"] == [r["messages"] for r in samples.collect()]
 
 
+def test_a_joiners_delivery_is_the_same_in_spark(spark, tmp_path):
+    """test_qsm_values.joiners_log (joiners h2 and h3, h2 added by view 1): the Spark delivery table expects what
+    run_values expects, 5 of 6."""
+    from analysis.rundir import load
+    from tests.analysis.test_qsm_values import T0, joiners_log, qsm_run
+
+    log = joiners_log()
+    run = load(qsm_run(tmp_path, log, n=4, joiners=["h2", "h3"]))
+    rows = [(x["node"], x["event"], x["ts"], x["ts"] - T0, x.get("seq"), x.get("origin"), json.dumps(x)) for x in log]
+    events = spark.createDataFrame(rows, "node string, event string, ts double, t_s double, seq long, "
+                                         "origin long, raw string")
+    members = spark.createDataFrame([(m.id, m.name, None, None) for m in run.members],
+                                    "member_id int, member string, sender_index int, local_group int")
+    groups = qsm.group_table(spark, run.params, [(m.id, m.name) for m in run.members])
+    (row,) = qsm.delivery_per_group(events, groups, members, ["h2", "h3"]).collect()
+    assert (row["expected"], row["received"]) == (6, 5)
+    assert row["delivery_ratio"] == pytest.approx(qsm.PLUGIN.run_values(run)["delivery"])
+
+
 def test_overhead_counts_a_multicast_datagram_once(spark):
     # h0 multicasts DATA seq 1 to 239.1.0.1: captured leaving by mc0 and by h0-eth0 (2 frames, 1 message);
     # the same seq to 239.1.0.2 (another region): 1 more; a TOKEN over TCP twice (two rounds), a PULL; h1 forwards

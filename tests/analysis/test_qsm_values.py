@@ -24,7 +24,8 @@ def qsm_run(root: Path, events: list[dict], n: int = 3, groups: list[dict] | Non
             token_s: float = 0.5, loss: str | None = None, senders: list[str] | int | None = None,
             delayline_cpu_s: float | None = None, status: str = "completed", end_s: float = 10.0,
             dilation: float | None = None, cpu: float | None = None, judges: dict | None = None,
-            name: str = "qsm-run", seed: int = 1, transport: str | None = None) -> Path:
+            name: str = "qsm-run", seed: int = 1, transport: str | None = None,
+            joiners: list[str] | None = None) -> Path:
     """A QSM run directory: members h0..h<n-1> (ids 0..n-1), the events given (ts virtual), t0 = T0, the run ending
     `end_s` (virtual) after t0."""
     d = root / name
@@ -33,7 +34,8 @@ def qsm_run(root: Path, events: list[dict], n: int = 3, groups: list[dict] | Non
     names = [f"h{i}" for i in range(n)]
     members = [{"id": i, "name": m, "addr": f"10.0.0.{i + 1}:7000"} for i, m in enumerate(names)]
     proto = {"name": "qsm", "groups": groups or GROUP_A, "partition_size": R, "token_interval_s": token_s,
-             "growth": 0.2, **({"transport": transport} if transport else {})}
+             "growth": 0.2, **({"transport": transport} if transport else {}),
+             **({"joiners": joiners} if joiners else {})}
     for i, m in enumerate(names):
         (d / "configs" / f"{m}.json").write_text(json.dumps({"name": m, "id": i, "listen": f"10.0.0.{i + 1}:7000",
                                                              "members": members, "protocol": proto,
@@ -243,6 +245,29 @@ def test_delivery_per_group_with_overlapping_groups(tmp_path):
     assert r["delivery"] == pytest.approx(0.8) and r["messages"] == 3 and r["receipts"] == 4
     assert r["delivery_ratio_mean"] == pytest.approx((2 / 3 + 1 / 3 + 1 / 3) / 3)
     assert r["groups"] == 2 and r["n_senders"] == 2
+
+
+def joiners_log() -> list[dict]:
+    """Group a of h0..h3, joiners h2 and h3 (the params'). h0 sends seq 1-4 at t = 1, 2, 3, 4. The GMS's view 1
+    adds h2: h0 installs it at 2.5, h2 at 2.6, h1 at 2.7 (each logs `added`); no view adds h3. h1 receives all 4,
+    h2 seq 3 only. Expected: h1 4; h2 what h0 sent from 2.5 on, seq 3 and 4; h3 nothing (never joined): 5 of 6."""
+    out = [e(f"h{i}", "node_started", 0.0, id=i) for i in range(4)]
+    out += [e("h0", "data_sent", float(s), seq=s, group_name="a") for s in (1, 2, 3, 4)]
+    out += [e("h1", "data_received", s + 0.05, origin=0, seq=s) for s in (1, 2, 3, 4)]
+    out += [e("h2", "data_received", 3.05, origin=0, seq=3)]
+    out += [e(n, "gms_view", t, view=1, removed=[], added=[2]) for n, t in (("h0", 2.5), ("h2", 2.6), ("h1", 2.7))]
+    return out
+
+
+def test_a_joiner_expects_what_its_origins_sent_from_their_view_with_it_on(tmp_path):
+    ev = joiners_log()
+    r = values(tmp_path, ev, n=4, joiners=["h2", "h3"])
+    assert r["delivery"] == pytest.approx(5 / 6)
+    cut = qsm.join_cutoffs([(x["node"], x["ts"], x["view"], x["added"]) for x in ev if x["event"] == "gms_view"],
+                           {"h2", "h3"}, {f"h{i}": i for i in range(4)})
+    assert cut == {"h2": {"h0": T0 + 2.5, "h2": T0 + 2.6, "h1": T0 + 2.7}, "h3": {}}
+    # without joiners in the params every member expects everything: 4 + 1 + 0 of 12
+    assert values(tmp_path / "plain", ev, n=4)["delivery"] == pytest.approx(5 / 12)
 
 
 def test_a_member_that_never_started_is_still_expected(tmp_path):

@@ -143,3 +143,43 @@ def test_qsm_view_change_after_crashes_mid_stream(tmp_path):
             assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
             if "sender" in snap:
                 assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_qsm_members_join_mid_stream(tmp_path):
+    # qsm-small shortened, with h5 (region r-a), h12 (r-a-b) and the sender h20 (r-b) joining at 4 s: they start
+    # then, and the orchestrator's GMS announces the view with them 1 s later. Each joiner delivers exactly what
+    # every origin sent from its own install of that view on (the views it multicasts into from then on hold the
+    # joiner), once; every other member every packet of its groups, once; h20 sends only once it is in.
+    log = run_small(tmp_path, 11, 24, "schedule:\n  - {at: 4s, action: join, nodes: [h5, h12, h20]}\n")
+    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
+    joiners = {"h5", "h12", "h20"}
+    applied = [(e["op"], round(e["planned_s"], 3)) for e in log if e["event"] == "action_applied"]
+    assert applied == [("start", 4.0), ("gms_view", 5.0)], applied
+    assert {e["node"] for e in log if e["event"] == "qsm_waiting_to_join"} == joiners
+    views = [e for e in log if e["event"] == "gms_view"]
+    assert {e["node"] for e in views} == set(ids) and all(e["added"] == [5, 12, 20] for e in views)
+    since = {e["node"]: e["ts"] for e in views}           # each origin's install of the view adding them
+    groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
+    sent = {(ids[e["node"]], e["seq"]): (e["group_name"], e["ts"], e["node"]) for e in log if e["event"] == "data_sent"}
+    assert min(ts for (g, ts, n) in sent.values() if n == "h20") >= since["h20"]
+    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
+    assert max(got.values()) == 1, "a packet was delivered twice"
+    for node, mid in ids.items():
+        expected = {(o, s) for (o, s), (g, ts, n) in sent.items()
+                    if node in groups[g] and o != mid and (node not in joiners or ts >= since[n])}
+        mine = {(o, s) for (n, o, s) in got if n == node}
+        assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, extra {sorted(mine - expected)[:5]}"
+    assert all(sum(1 for (n, _, _) in got if n == j) > 10 for j in ("h5", "h12"))
+    retired = Counter(e["region_index"] for e in log if e["event"] == "view_retired")
+    print(f"\nQSM joins: {len(sent)} packets ({sum(1 for v in sent.values() if v[2] == 'h20')} from h20 after it "
+          f"joined); {len(views)} members installed the view within "
+          f"{(max(since.values()) - min(since.values())) * 1e3:.0f} ms; joiners delivered "
+          f"{ {j: sum(1 for (n, _, _) in got if n == j) for j in sorted(joiners)} }; old views retired {dict(retired)}")
+    stopped = {e["node"]: e["protocol"] for e in log if e["event"] == "node_stopped"}
+    for node, snap in stopped.items():
+        assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
+        if "sender" in snap:
+            assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"

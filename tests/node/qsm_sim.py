@@ -8,7 +8,9 @@ per pair of members, after the same latency. All randomness comes from the seed.
 `drop(src, dst, msg)`, if set, loses the UDP/multicast copies it returns True for (hand-worked tests); `after(sim)`,
 if set, runs after every delivered message and timer (to check an invariant at every step). `crash(i)` stops a
 member silently (what reaches it is lost, its timers never fire); `gms_remove(ids, spread)` is the GMS's next view
-without those members, reaching every other running member at its own moment within `spread` seconds.
+without those members, reaching every other running member at its own moment within `spread` seconds, and
+`gms_add(ids, spread)` the next view with those joiners (configs made with `joiners=[...]`: until then their cores
+take part in nothing, as a process not started yet).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def make_configs(n: int, groups: dict[str, list[int]], *, senders: Iterable[int]
     group of the groups it sends to (the platform's IP multicast sends only from a group's members)."""
     senders = list(senders)
     members = [{"id": i, "name": f"m{i}", "addr": f"127.0.0.1:{20000 + i}"} for i in range(n)]
-    regions = compute_regions(groups, n, partition_size)
+    regions = compute_regions(groups, n, partition_size)      # once every joiner has joined
     mgroups = {r.name: set(r.members) for r in regions}
     for s in senders:
         for g, ms in groups.items():
@@ -129,9 +131,10 @@ class Sim:
             at, _, kind, payload = heapq.heappop(self.queue)
             self.now = at
             if kind == "view":
-                i, removed = payload
+                i, change, ids = payload
                 if i not in self.crashed:
-                    self._emit(i, self.nodes[i].view_change(removed, at))
+                    node = self.nodes[i]
+                    self._emit(i, node.view_change(ids, at) if change == "remove" else node.view_add(ids, at))
                     self._timer(i)
                 continue
             if payload[0] in self.crashed:
@@ -157,9 +160,15 @@ class Sim:
         self.crashed.add(i)
 
     def gms_remove(self, removed: list[int], spread: float = 0.0) -> None:
+        self._gms("remove", removed, spread)
+
+    def gms_add(self, joined: list[int], spread: float = 0.0) -> None:
+        self._gms("add", joined, spread)
+
+    def _gms(self, change: str, ids: list[int], spread: float) -> None:
         self.view += 1
         for i in sorted(self.nodes):      # a crashed member never sees it (run_until)
-            self._push(self.now + self.rng.uniform(0, spread), "view", (i, list(removed)))
+            self._push(self.now + self.rng.uniform(0, spread), "view", (i, change, list(ids)))
 
     def crash_and_remove(self, who: list[int], detect: float, spread: float = 0.3) -> None:
         """Crash `who` now and, `detect` seconds later, announce the GMS's view without them (`gms_remove`)."""

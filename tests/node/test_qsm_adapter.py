@@ -19,6 +19,21 @@ def test_ids_are_checked():
         ADAPTER.to_node({"groups": [{"name": "a", "members": "all"}, {"name": "b", "members": [7]}]}, ctx)
 
 
+def test_the_schedules_joiners_become_the_nodes_and_may_not_be_given_otherwise():
+    params = {"groups": [{"name": "a", "members": "all"}]}
+    ctx = Context(members=4, seed=1, joiners=("h2", "h3"))
+    assert ADAPTER.to_node(dict(params), ctx) == {**params, "joiners": ["h2", "h3"]}
+    assert ADAPTER.to_node({**params, "joiners": ["h3", "h2"]}, ctx)["joiners"] == ["h2", "h3"]
+    assert ADAPTER.to_node(dict(params), Context(members=4, seed=1)) == params
+    with pytest.raises(SpecError, match=r"protocol.qsm.joiners: set from the schedule's `join` actions \(h2, h3\)"):
+        ADAPTER.to_node({**params, "joiners": ["h2"]}, ctx)
+    # the derived multicast groups are the regions once everyone joined (a joiner's region may be new)
+    from orchestrator.protocols import GroupContext
+    names = ["h0", "h1", "h2", "h3"]
+    two = {"groups": [{"name": "a", "members": "all"}, {"name": "b", "members": ["h3"]}], "joiners": ["h3"]}
+    assert [g["name"] for g in ADAPTER.multicast_groups(two, GroupContext(names, ["h0"], []))] == ["r-a", "r-a-b"]
+
+
 def test_names_are_left_to_the_node_model():
     params = {"groups": [{"name": "a", "members": ["h0", "h9"]}]}
     assert ADAPTER.to_node(dict(params), Context(members=4, seed=1)) == params
@@ -27,13 +42,13 @@ def test_names_are_left_to_the_node_model():
 @pytest.mark.parametrize("schedule, warned", [
     ("[{at: 2s, action: crash, nodes: [h3]}]", None),           # the GMS's view follows (schedule.with_gms)
     ("[{at: 2s, action: crash, nodes: [h3]}, {at: 4s, action: restart, crashed: true}]", "restarts members"),
-    ("[{at: 2s, action: join, nodes: [h3]}]", "joins members"),
+    ("[{at: 2s, action: join, nodes: [h3]}]", None),            # the GMS's view adds it (schedule.with_gms)
     ("[{at: 2s, action: partition, subtree: h2}, {at: 4s, action: heal}]", None),     # nobody leaves the group
     ("[]", None),
 ])
 def test_a_schedule_that_brings_members_back_is_warned_about(schedule, warned):
-    # The orchestrator's GMS removes crashed members; nobody comes back (no joins): a restart or a join is a
-    # warning in the run's manifest and report (runner: protocol.schedule_warnings), never silent.
+    # The orchestrator's GMS removes crashed members and adds joiners; a crashed member does not come back: a
+    # restart is a warning in the run's manifest and report (runner: protocol.schedule_warnings), never silent.
     from orchestrator.spec import parse_experiment
     exp = parse_experiment("topology: {kind: tree, nodes: 6, degree: 2}\nprotocol:\n  qsm:\n"
                            "    groups: [{name: a, members: all}]\n    partition_size: 2\n"
@@ -43,8 +58,8 @@ def test_a_schedule_that_brings_members_back_is_warned_about(schedule, warned):
     if warned is None:
         assert got == []
     else:
-        assert len(got) == 1 and got[0].startswith(f"the schedule {warned}, but QSM's membership service only "
-                                                   "removes members"), got
+        assert len(got) == 1 and got[0].startswith(f"the schedule {warned}, but QSM's membership service does "
+                                                   "not take a crashed member back"), got
 
 
 def test_a_qsm_join_of_an_unknown_member_exits_2_with_its_line(tmp_path):

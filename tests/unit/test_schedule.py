@@ -87,9 +87,9 @@ def test_a_membership_service_announces_a_view_after_each_crash():
                             {"at": 59.5, "action": "crash", "nodes": [MEMBERS[9]]}]), PLAN, 1.5, 60.0)
     views = [o for o in tl.ops if o.kind == OpKind.GMS_VIEW]
     assert [(o.t, o.index, o.targets) for o in views] == [(11.5, 0, (a, b)), (21.5, 1, (c,))]
-    # each carries every view's removals so far (member ids: plan order) and who is down then (not sent to)
-    assert views[0].params == (((2, 5),), tuple(sorted((a, b))))
-    assert views[1].params == (((2, 5), (7,)), tuple(sorted((a, b, c))))
+    # each carries every view's change so far (member ids: plan order) and who is down then (not sent to)
+    assert views[0].params == ((("remove", (2, 5)),), tuple(sorted((a, b))))
+    assert views[1].params == ((("remove", (2, 5)), ("remove", (7,))), tuple(sorted((a, b, c))))
     assert [o.kind for o in tl.ops].count(OpKind.CRASH) == 4 and tl.ops == sorted(tl.ops)
     assert with_gms(timeline([]), PLAN, 1.0, 60.0).ops == []
 
@@ -102,9 +102,29 @@ def test_a_member_paused_when_a_view_came_gets_it_again_as_it_resumes():
     views = [(o.t, o.index, o.targets, o.params) for o in tl.ops if o.kind == OpKind.GMS_VIEW]
     # the view at 11.5 s (while a and b are paused), then again at 13 s as they resume (the pause's entry); the
     # second pause sees no view: nothing more
-    assert views == [(11.5, 1, (c,), (((7,),), (c,))), (13.0, 0, tuple(sorted((a, b))), (((7,),), (c,)))]
+    gone = (("remove", (7,)),)
+    assert views == [(11.5, 1, (c,), (gone, (c,))), (13.0, 0, tuple(sorted((a, b))), (gone, (c,)))]
     cont = next(k for k, o in enumerate(tl.ops) if o.kind == OpKind.CONT_SIGNAL)
     assert tl.ops[cont + 1].kind == OpKind.GMS_VIEW      # after they are running again
+
+
+def test_a_joiner_is_added_by_a_view_after_its_first_start_and_not_sent_views_before():
+    # c crashes at 2 s, d and e join at 5 s, e crashes at 20 s and is restarted at 30 s (a restart is not a join);
+    # the GMS's delay is 1 s
+    c, d, e = MEMBERS[7], MEMBERS[4], MEMBERS[6]
+    tl = with_gms(timeline([{"at": 2, "action": "crash", "nodes": [c]},
+                            {"at": 5, "action": "join", "nodes": [d, e]},
+                            {"at": 20, "action": "crash", "nodes": [e]},
+                            {"at": 30, "action": "restart", "nodes": [e]}]), PLAN, 1.0, 60.0)
+    views = [(o.t, o.params) for o in tl.ops if o.kind == OpKind.GMS_VIEW]
+    ids = {n: MEMBERS.index(n) for n in (c, d, e)}
+    first = ("remove", (ids[c],))
+    added = ("add", tuple(sorted((ids[d], ids[e]))))
+    # the view at 3 s is not sent to the joiners (not started: down); the one adding them comes 1 s after they
+    # start, with every change so far (they replay the first); the restart at 30 s adds nobody
+    assert views == [(3.0, ((first,), tuple(sorted((c, d, e))))),
+                     (6.0, ((first, added), (c,))),
+                     (21.0, ((first, added, ("remove", (ids[e],))), tuple(sorted((c, e)))))]
 
 
 def test_most_members_down_at_once():

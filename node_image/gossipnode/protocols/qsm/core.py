@@ -111,10 +111,14 @@ class QsmNode(Core):
         self.rng = seeded_rng("qsm", cfg.seed, cfg.id)
         self.counters: Counter[str] = Counter()
         self.rate: MovingRate | None = None     # μ_rec^(i): sampled from the first packet on (undefined before)
-        # receiver: the region views this member takes part in, the current one and old ones it is finishing
-        region = self.ms.region_of[self.me]
-        self.cur = View(region, self.me, self.ms.origins_of(region), now, p.token_interval_s)
-        self.views: dict[int, View] = {region.index: self.cur}
+        # receiver: the region views this member takes part in, the current one and old ones it is finishing; a
+        # joiner takes part in none until the GMS's view adds it (`joined`)
+        self.joined = self.me not in self.ms.absent
+        self.views: dict[int, View] = {}
+        if self.joined:
+            region = self.ms.region_of[self.me]
+            self.cur = View(region, self.me, self.ms.origins_of(region), now, p.token_interval_s)
+            self.views[region.index] = self.cur
         self.retired: set[int] = set()
         self.unknown_seen: set[int] = set()
         self.removed_self = False
@@ -133,16 +137,19 @@ class QsmNode(Core):
             self.acked: dict[int, int] = {}
             self.last_retransmit: dict[int, float] = {}
             self.region_mu: dict[int, float] = {}
-            self._sender_views()
             self.mu = min(wl.rate_per_s, p.rate_max) if p.rate_max else wl.rate_per_s
             self.payload = bytes(max(0, wl.size_bytes - MIN_DATA_SIZE))
             self.size = MIN_DATA_SIZE + len(self.payload)
             self.stop = now + wl.stop_s if wl.stop_s is not None else math.inf
-            self.due = now + wl.start_s + self.rng.random() / self.mu
-            if self.due >= self.stop:
-                self.due = math.inf
+            self.start_at = now + wl.start_s + self.rng.random() / self.mu
+            if self.joined:
+                self._sender_views()
+                self.due = self.start_at if self.start_at < self.stop else math.inf
         self.startup = Output()
-        self._log_membership(now, self.startup, "qsm_membership")
+        if self.joined:
+            self._log_membership(now, self.startup, "qsm_membership")
+        else:
+            self.startup.log(now, "qsm_waiting_to_join", view=self.ms.view)
 
     def _log_membership(self, now: float, out: Output, event: str, **extra: Any) -> None:
         v = self.cur
@@ -178,7 +185,8 @@ class QsmNode(Core):
     # ---- timers ---------------------------------------------------------------------------------------------
 
     def next_wakeup(self) -> float:
-        return min(self.due, min(v.next_token for v in self.views.values()), self._next_expiry())
+        return min(self.due, min((v.next_token for v in self.views.values()), default=math.inf),
+                   self._next_expiry())
 
     def _retire_rounds(self) -> int:
         """Token rounds with nothing new after which an old view ends (`_maybe_retire`)."""
@@ -333,6 +341,11 @@ class QsmNode(Core):
             # a view change removed the sender (its control traffic still in flight) or this member
             self.counters["from_removed"] += 1
             return out
+        if not self.joined:
+            # a joiner before the view that adds it: it takes part in no region view yet (its region's multicast
+            # reaches it already); what it misses of the views it joins is recovered in them
+            self.counters["before_join"] += 1
+            return out
         if msg.region not in self.ms.views:
             # a region view the GMS has not told this member of (yet): its updates reach members at different
             # times (§2.3.2: "updates from GMS may arrive at different times"); the token's recovery brings the
@@ -361,7 +374,7 @@ class QsmNode(Core):
             if data and t != MsgType.FORWARD:   # another region's multicast group this sender is in
                 self.counters["foreign_region"] += 1
                 return out
-            raise BadMessage(f"{t.name} for region {msg.region}, this member is in {self.cur.region.index}")
+            raise BadMessage(f"{t.name} for region {msg.region}, which this member is not in")
         if msg.sender not in v.region.members and t not in (MsgType.DATA, MsgType.RETRANS) \
                 and msg.sender not in self.ms.removed:
             raise BadMessage(f"{t.name} from {msg.sender}, who is not in region {v.region.name}")
@@ -638,6 +651,9 @@ class QsmNode(Core):
     # ---- state ----------------------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
+        if not self.joined:
+            return {"id": self.me, "joined": False, "view": {"number": self.ms.view},
+                    "counters": dict(sorted(self.counters.items()))}
         v = self.cur
         snap: dict[str, Any] = {
             "id": self.me,
@@ -669,20 +685,18 @@ class QsmNode(Core):
     # ---- the GMS's view changes -----------------------------------------------------------------------------
 
     def control(self, req: dict[str, Any], now: float) -> tuple[dict[str, Any], Output]:
-        """{"cmd": "gms_view", "removals": [[member ids], ...]}: the GMS's views so far, the k-th removing the
-        members of the k-th list. This member installs the ones it has not, in order (so one that missed a view,
-        paused at the time, catches up with the next and computes the same region views as everyone); a command
-        with nothing new is acknowledged and changes nothing."""
+        """{"cmd": "gms_view", "changes": [{"remove": [member ids]} or {"add": [member ids]}, ...]}: the GMS's views
+        so far, the k-th making the k-th change (`"removals": [[ids], ...]`, removals only, is the same). This
+        member installs the ones it has not, in order (so one that missed a view, paused at the time, catches up
+        with the next, and a joiner replays the views made before it joined: everyone computes the same region
+        views); a command with nothing new is acknowledged and changes nothing."""
         if req.get("cmd") != "gms_view":
             return super().control(req, now)
-        removals = req.get("removals")
-        if not isinstance(removals, list) or not all(
-                isinstance(r, list) and r and all(isinstance(m, int) for m in r) for r in removals):
-            raise ValueError("gms_view needs removals: a list of views, each a non-empty list of member ids")
+        changes = _changes(req)
         out = Output()
         start = self.ms.view
-        for k in range(start, len(removals)):
-            out.merge(self.view_change(removals[k], now))
+        for kind, ids in changes[start:]:
+            out.merge(self.view_change(ids, now) if kind == "remove" else self.view_add(ids, now))
         return {"ok": True, "view": self.ms.view, "installed": self.ms.view - start}, out
 
     def view_change(self, removed: list[int], now: float) -> Output:
@@ -694,9 +708,19 @@ class QsmNode(Core):
         the relevant regional views"); a sender sends into its groups' current region views from now on and keeps
         the old views' packets until they are acknowledged. A removed member that is still running stops taking
         part ("if that node is actually not dead, it would need to rejoin the system")."""
+        return self._install(self.ms.remove(removed), set(removed), set(), now)
+
+    def view_add(self, joined: list[int], now: float) -> Output:
+        """Install the GMS's next view, with the joiners `joined` in the groups the params list them in (§2.1:
+        "Regions, like groups, experience membership change as nodes join and leave"). The region views they enter,
+        and those of the groups a joining sender sends into, are succeeded by new ones (`Membership.change`); the
+        old ones are finished by their members as after a removal. A joiner takes part from this view on: it gets
+        the packets sent into the new views (from their first sequence number), none of those before."""
+        return self._install(self.ms.add(joined), set(), set(joined), now)
+
+    def _install(self, ms: Any, gone: set[int], joined: set[int], now: float) -> Output:
         out = Output()
-        gone = set(removed)
-        self.ms = self.ms.remove(gone)
+        self.ms = ms
         interval = self.p.token_interval_s
         self.counters["view_changes"] += 1
         if self.me in gone:
@@ -706,6 +730,13 @@ class QsmNode(Core):
                 w.next_token = math.inf
             out.log(now, "gms_view", view=self.ms.view, removed=sorted(gone), excluded=True)
             return out
+        if not self.joined:
+            if self.me not in joined:          # a view made before this joiner's: replayed, nothing to take part in
+                return out
+            self.joined = True
+            if self.sender:
+                self.due = max(self.start_at, now) if self.start_at < self.stop else math.inf
+        current = {r.index for r in self.ms.regions}
         for w in self.views.values():
             if gone & set(w.region.members):
                 w.current = False
@@ -713,6 +744,9 @@ class QsmNode(Core):
                 w.set_region(w.region.without(gone), now, interval)
                 if w.token_out:          # it may have been at a removed member: the next interval makes another
                     w.token_out = False
+            elif w.current and w.region.index not in current:     # succeeded (a member or a sender joined)
+                w.current = False
+                w.last_visit = now
         region = self.ms.region_of[self.me]
         if region.index not in self.views:
             self.cur = View(region, self.me, self.ms.origins_of(region), now, interval)
@@ -720,8 +754,26 @@ class QsmNode(Core):
         if self.sender:
             self._sender_views()
         self._log_membership(now, out, "gms_view", view=self.ms.view, removed=sorted(gone),
-                             old_views=sorted(i for i, w in self.views.items() if not w.current))
+                             old_views=sorted(i for i, w in self.views.items() if not w.current),
+                             **({"added": sorted(joined)} if joined else {}))
         return out
+
+
+def _changes(req: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """A gms_view command's views as (kind, member ids): its `changes`, or its `removals` (all removals)."""
+    def ids(x: Any) -> bool:
+        return isinstance(x, list) and bool(x) and all(isinstance(m, int) and not isinstance(m, bool) for m in x)
+
+    if "changes" in req:
+        raw = req["changes"]
+        if isinstance(raw, list) and all(isinstance(c, dict) and len(c) == 1 and next(iter(c)) in ("remove", "add")
+                                         and ids(next(iter(c.values()))) for c in raw):
+            return [(next(iter(c)), list(next(iter(c.values())))) for c in raw]
+        raise ValueError("gms_view needs changes: a list of views, each {\"remove\": [ids]} or {\"add\": [ids]}")
+    removals = req.get("removals")
+    if isinstance(removals, list) and all(ids(r) for r in removals):
+        return [("remove", list(r)) for r in removals]
+    raise ValueError("gms_view needs removals: a list of views, each a non-empty list of member ids")
 
 
 CORE = QsmNode

@@ -133,16 +133,19 @@ def resolve_members(spec: str | Iterable[int | str], names: Mapping[str, int], n
     return out
 
 
-def compute_regions(groups: Mapping[str, Iterable[int]], n: int, partition_size: int) -> list[Region]:
-    """Group views -> region views (§2.1): a region per distinct set of groups, members 0..n-1. ValueError for a
-    member in no group, an unknown member, an empty group, a bad name or partition_size < 1."""
+def compute_regions(groups: Mapping[str, Iterable[int]], n: int, partition_size: int,
+                    absent: Iterable[int] = ()) -> list[Region]:
+    """Group views -> region views (§2.1): a region per distinct set of groups, members 0..n-1 but the `absent`
+    ones (joiners not in the view yet: they are in no group view). ValueError for a member in no group, an unknown
+    member, an empty group, a bad name or partition_size < 1."""
     if partition_size < 1:
         raise ValueError(f"partition_size (R) must be at least 1, got {partition_size}")
     if not groups:
         raise ValueError("no groups")
     if len(groups) > MAX_INDEX + 1:
         raise ValueError(f"{len(groups)} groups: at most {MAX_INDEX + 1} (a u16 index on the wire)")
-    of: dict[int, list[str]] = {m: [] for m in range(n)}
+    away = set(absent)
+    of: dict[int, list[str]] = {m: [] for m in range(n) if m not in away}
     for g, members in sorted(groups.items()):
         if not GROUP_NAME.match(g):
             raise ValueError(f"group name {g!r}: 1-8 characters a-z, 0-9, starting with a letter")
@@ -151,7 +154,8 @@ def compute_regions(groups: Mapping[str, Iterable[int]], n: int, partition_size:
             raise ValueError(f"group {g!r} has no members")
         for m in ms:
             if m not in of:
-                raise ValueError(f"group {g!r}: {m!r} is not a member (ids 0..{n - 1})")
+                raise ValueError(f"group {g!r}: {m!r} is not a member (ids 0..{n - 1})" if m not in away
+                                 else f"group {g!r}: {m!r} has not joined yet")
             of[m].append(g)
     lonely = [m for m, gs in of.items() if not gs]
     if lonely:

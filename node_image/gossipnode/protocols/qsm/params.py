@@ -2,7 +2,7 @@
 
 The groups are the group membership service's initial views (docs/qsm.md): every member computes the same regions,
 partitions and leaders from them (`membership.compute_regions`), and the same next views from the GMS's removals
-(`Membership.remove`).
+and additions (`Membership.change`).
 """
 from __future__ import annotations
 
@@ -45,10 +45,15 @@ class QsmParams(Strict):
     rate_max: float | None = Field(default=None, gt=0, description="a cap on μ_snd (packets/s); None: none")
     rate_samples: int = Field(default=10, ge=1, description="k: the receivers' moving average window")
     rate_interval_s: float = Field(default=1.0, gt=0, description="Δ: the receivers' rate sampling interval")
+    joiners: list[int | str] = Field(
+        default_factory=list, description="members outside the initial views: each joins the groups it is listed in "
+                                          "when the GMS's view adds it (the orchestrator sets this from the "
+                                          "schedule's `join` actions)")
     failure_detection_s: float = Field(
         default=1.0, ge=0, description="the GMS (the orchestrator) announces the view without crashed members this "
-                                       "long after the crash: its failure detector's delay (this project's choice; "
-                                       "the paper gives none)")
+                                       "long after the crash (its failure detector's delay), and the view with "
+                                       "joiners this long after they start (this project's choice; the paper gives "
+                                       "none)")
 
     @property
     def uses_tcp(self) -> bool:
@@ -66,10 +71,13 @@ class QsmParams(Strict):
             raise ValueError(f"workload size_bytes {cfg.workload.size_bytes} is below a QSM DATA message's headers "
                              f"({MIN_DATA_SIZE} bytes)")
         if self.transport == "mcast":
-            mine = ms.region_of[cfg.id]
+            # the regions once every joiner has joined (the initial views' regions are among them)
+            assert ms.configured is not None
+            full = compute_regions(ms.configured, cfg.n, self.partition_size)
+            mine = next(r for r in full if cfg.id in r.members)
             need = {mine.name: False}
             for g in ms.sends_to.get(cfg.id, []):
-                for r in ms.regions_of[g]:
+                for r in regions_of_group(full, g):
                     need[r.name] = True
             for name, send in sorted(need.items()):
                 try:
@@ -84,10 +92,10 @@ class QsmParams(Strict):
 
 @dataclass(frozen=True)
 class Membership:
-    """The group and region views every member derives from the params (§2.1)."""
+    """The group and region views every member derives from the params (§2.1), and the GMS's next views."""
 
-    groups: dict[str, list[int]]          # group -> member ids
-    senders: dict[str, list[int]]         # group -> sender ids
+    groups: dict[str, list[int]]          # group -> member ids (the current group views)
+    senders: dict[str, list[int]]         # group -> sender ids in the view
     regions: list[Region]                 # the current region views
     region_of: dict[int, Region]          # member -> its region
     regions_of: dict[str, list[Region]]   # group -> its regions
@@ -96,6 +104,10 @@ class Membership:
     view: int = 0                         # the GMS's view number: how many view changes made this membership
     removed: frozenset[int] = frozenset()  # members the GMS has removed (crashed or departed)
     views: dict[int, Region] | None = None  # every region view by index, the old ones as they were installed
+    absent: frozenset[int] = frozenset()  # joiners the GMS has not added yet (in no view)
+    configured: dict[str, list[int]] | None = None          # group -> its members once all joined (the params')
+    configured_senders: dict[str, list[int]] | None = None  # group -> its senders once all joined
+    n: int = 0                            # members configured (ids 0..n-1)
 
     def region(self, index: int) -> Region:
         """The region view with this index, current or old (KeyError if this membership never had it)."""
@@ -106,69 +118,109 @@ class Membership:
     def build(cls, p: QsmParams, cfg: "NodeConfig") -> Membership:  # noqa: F821
         n = cfg.n
         names = {m.name: m.id for m in cfg.members}
-        groups: dict[str, list[int]] = {}
+        configured: dict[str, list[int]] = {}
         senders: dict[str, list[int]] = {}
         for g in p.groups:
-            if g.name in groups:
+            if g.name in configured:
                 raise ValueError(f"qsm: group {g.name!r} is defined twice")
-            groups[g.name] = resolve_members(g.members, names, n, f"qsm group {g.name!r} members")
-        regions = compute_regions(groups, n, p.partition_size)
+            configured[g.name] = resolve_members(g.members, names, n, f"qsm group {g.name!r} members")
+        absent = frozenset(resolve_members(p.joiners, names, n, "qsm joiners"))
+        lonely = sorted(m for m in absent if not any(m in ms for ms in configured.values()))
+        if lonely:
+            raise ValueError(f"qsm joiners: {lonely} are in no group (a joiner joins the groups it is listed in)")
+        groups = {g: [m for m in ms if m not in absent] for g, ms in configured.items()}
+        empty = sorted(g for g, ms in groups.items() if not ms)
+        if empty:
+            raise ValueError(f"qsm: groups {empty} have only joiners: a group starts with a member")
+        regions = compute_regions(groups, n, p.partition_size, absent)
         for g in p.groups:
             if g.senders is None:
-                senders[g.name] = [s for s in cfg.senders if s in groups[g.name]]
+                senders[g.name] = [s for s in cfg.senders if s in configured[g.name]]
                 continue
             listed = resolve_members(g.senders, names, n, f"qsm group {g.name!r} senders")
             if g.senders == "all":
                 listed = [s for s in listed if s in cfg.senders]
-            bad = [s for s in listed if s not in groups[g.name] or s not in cfg.senders]
+            bad = [s for s in listed if s not in configured[g.name] or s not in cfg.senders]
             if bad:
                 raise ValueError(f"qsm group {g.name!r}: senders {bad} are not both members of the group and "
                                  f"workload senders")
             senders[g.name] = listed
-        sends_to = {s: [g for g in groups if s in senders[g]] for s in cfg.senders}
+        sends_to = {s: [g for g in configured if s in senders[g]] for s in cfg.senders}
         idle = [s for s, gs in sends_to.items() if not gs]
         if idle:
             raise ValueError(f"qsm: workload senders {idle} send to no group")
         region_of = {m: r for r in regions for m in r.members}
-        return cls(groups, senders, regions, region_of, {g: regions_of_group(regions, g) for g in groups}, sends_to,
-                   p.partition_size, 0, frozenset(), {r.index: r for r in regions})
+        current = {g: [s for s in ss if s not in absent] for g, ss in senders.items()}
+        return cls(groups, current, regions, region_of, {g: regions_of_group(regions, g) for g in groups},
+                   sends_to, p.partition_size, 0, frozenset(), {r.index: r for r in regions}, absent, configured,
+                   senders, n)
 
     def remove(self, dead: Iterable[int]) -> Membership:
         """The next view after the GMS removed `dead` (crashed or departed members; §2.1: "Regions, like groups,
         experience membership change as nodes join and leave or crash, hence associated with every region is a
-        sequence of what we call region views"). A region view that loses members is succeeded by a new one of its
-        survivors, with the next free index (in the order of the current views) and partitions recomputed
-        (§2.3.1; "we construct partitions and the structures built on top of them based solely on the membership
-        information, and every node does it independently"); a region view that keeps all its members stays; one
-        left with none ends. Every member computes the same views from the same sequence of removals. ValueError for
-        a member that is unknown or already removed."""
-        assert self.views is not None
+        sequence of what we call region views"): `change`. ValueError for a member that is unknown, already
+        removed or not in the view yet."""
         gone = set(dead)
-        n = len(self.region_of) + len(self.removed)
-        bad = sorted(m for m in gone if not 0 <= m < n or m in self.removed)
+        bad = sorted(m for m in gone if not 0 <= m < self.n or m in self.removed or m in self.absent)
         if bad or not gone:
             raise ValueError(f"qsm view change: members {bad} are unknown or already removed" if bad
                              else "qsm view change: no member to remove")
+        return self.change(gone, set())
+
+    def add(self, joined: Iterable[int]) -> Membership:
+        """The next view after the GMS added `joined` (joiners, into the groups the params list them in): `change`.
+        ValueError for a member that is not a joiner waiting to be added."""
+        new = set(joined)
+        bad = sorted(m for m in new if m not in self.absent)
+        if bad or not new:
+            raise ValueError(f"qsm view change: members {bad} are not joiners waiting to join" if bad
+                             else "qsm view change: no member to add")
+        return self.change(set(), new)
+
+    def change(self, gone: set[int], joined: set[int]) -> Membership:
+        """The next view: `gone` out, `joined` in (§2.1; "we construct partitions and the structures built on top of
+        them based solely on the membership information, and every node does it independently"). A region view
+        whose members change, or that gains a sender (a joiner sending into one of its groups), is succeeded by a
+        new one with the next free index (the current views in order, then regions new to the view by their group
+        sets) and partitions recomputed (§2.3.1); one that keeps its members and senders stays; one left with none
+        ends. Every member computes the same views from the same sequence of changes."""
+        assert self.views is not None and self.configured is not None and self.configured_senders is not None
+        groups = {g: [m for m in self.configured[g] if m in joined or (m in ms and m not in gone)]
+                  for g, ms in self.groups.items()}
+        present = {m for ms in groups.values() for m in ms}
+        senders = {g: [s for s in ss if s in present] for g, ss in self.configured_senders.items()}
+        by_key: dict[tuple[str, ...], list[int]] = {}
+        for m in sorted(present):
+            by_key.setdefault(tuple(g for g in sorted(groups) if m in groups[g]), []).append(m)
+
+        def origins(key: tuple[str, ...], of: dict[str, list[int]]) -> set[int]:
+            return {s for g in key for s in of[g]}
+
         nxt = max(self.views) + 1
         regions: list[Region] = []
         views = dict(self.views)
+
+        def successor(key: tuple[str, ...], members: list[int]) -> None:
+            nonlocal nxt
+            if nxt > MAX_INDEX:
+                raise ValueError(f"qsm view change: more than {MAX_INDEX + 1} region views (a u16 on the wire)")
+            regions.append(region_view(nxt, key, members, self.partition_size))
+            views[nxt] = regions[-1]
+            nxt += 1
+
         for r in self.regions:
-            if not gone & set(r.members):
+            members = by_key.pop(r.groups, [])
+            if tuple(members) == r.members and origins(r.groups, senders) <= origins(r.groups, self.senders):
                 regions.append(r)
-                continue
-            survivors = [m for m in r.members if m not in gone]
-            if survivors:
-                if nxt > MAX_INDEX:
-                    raise ValueError(f"qsm view change: more than {MAX_INDEX + 1} region views (a u16 on the wire)")
-                regions.append(region_view(nxt, r.groups, survivors, self.partition_size))
-                views[nxt] = regions[-1]
-                nxt += 1
-        groups = {g: [m for m in ms if m not in gone] for g, ms in self.groups.items()}
-        senders = {g: [m for m in ms if m not in gone] for g, ms in self.senders.items()}
+            elif members:
+                successor(r.groups, members)
+        for key in sorted(by_key):
+            successor(key, by_key[key])
         region_of = {m: r for r in regions for m in r.members}
         return Membership(groups, senders, regions, region_of, {g: regions_of_group(regions, g) for g in groups},
                           {s: gs for s, gs in self.sends_to.items() if s not in gone}, self.partition_size,
-                          self.view + 1, self.removed | gone, views)
+                          self.view + 1, self.removed | gone, views, self.absent - joined, self.configured,
+                          self.configured_senders, self.n)
 
     def origins_of(self, region: Region) -> list[int]:
         """The senders that multicast into `region` (its groups' senders), sorted."""
