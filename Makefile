@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-small repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
 setup: system venv docker-engine
 
 system:
@@ -169,6 +169,15 @@ repro-qsm-small: setup
 	@set -e; for s in 1 2 3; do ls -d $(REPRO_OUT)/qsm-small/s$$s/qsm-small-* >/dev/null 2>&1 || \
 	  $(LOGGED) $(ORCH) run topologies/qsm-small.yaml --seed $$s --out $(REPRO_OUT)/qsm-small/s$$s; done
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-small --out docs/results/qsm-small --load $(REPRO_OUT)/load.log
+
+# QSM's Figures 19-20 (recovery and ACK latency against the members, under loss) at the current code (the caching-
+# replica ACK, the delayed pulls): 8 and 16 members, 0.1 % and 1 % loss, every member at a CPU budget of 0.2 virtual
+# cores (N auto), sending 2-22 s of 28 s, 3 runs per point, one at a time, the load logged; about 20 minutes.
+repro-qsm-fig19-20: setup
+	$(LOGGED) $(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=8,16 --axis links.loss=0.1%,1% \
+	  --axis nodes.cpu=0.2 --axis workload.stop=22s --axis duration=28s --dilation auto --no-analyze \
+	  --out $(REPRO_OUT)/qsm-fig19-20
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig19-20 --out docs/results/qsm-fig19-20 --load $(REPRO_OUT)/load.log
 
 # QSM's Figure 14 (issue 34): one 25-member group split into 1, 2, 4, 8 regions by artificial groups, every member
 # at a CPU budget of 0.2 virtual cores (N = 4), 3 runs per point, one at a time, the load logged; about 20 minutes.
