@@ -27,7 +27,8 @@ from orchestrator.nodeconfig import node_configs
 from orchestrator import runschema as schema
 from orchestrator.plan import NetworkPlan, build_plan
 from orchestrator.rundir import RunDir, check_out_dir, new_run_id, versions
-from orchestrator.schedule import Op, OpKind, Timeline, check_supported, expand, parse_schedule, with_gms
+from orchestrator.schedule import (Op, OpKind, Timeline, check_leaves, check_supported, expand, parse_schedule,
+                                   with_gms)
 from orchestrator.shaping import shapers
 from orchestrator.shaping.params import DirParams
 from orchestrator.source import FieldError
@@ -301,6 +302,7 @@ def plan_run(experiment_path: str | Path, opts: RunOptions, variables: dict | No
         timeline = with_gms(timeline, plan, detect, exp.duration_s)
     dcls = backend.driver_class
     try:
+        check_leaves(timeline, detect is not None, exp.protocol.name if exp.protocol is not None else None)
         check_supported(timeline, dcls.OPS, backend.name, dcls.WHY_UNSUPPORTED, dcls.can_isolate(backend))
         backend.check_run(exp, plan, lab_name, state)
         packing = decide_packing(backend, exp, len(plan.members))

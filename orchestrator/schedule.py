@@ -41,7 +41,8 @@ MAX_OPS = 1_000_000       # operations a schedule may expand to (a week-long per
 class OpKind(StrEnum):
     """The operations a schedule expands to; a node driver declares which of them it supports."""
 
-    CRASH = "crash"                 # SIGKILL (params "silent": the member's traffic dropped first)
+    CRASH = "crash"                 # SIGKILL (params "silent": the member's traffic dropped first; "leave": a
+                                    # departure the membership service announces at once)
     START = "start"                 # restart a crashed member, or a joiner's first start
     STOP_SIGNAL = "stop_signal"     # SIGSTOP (pause, perturb)
     CONT_SIGNAL = "cont_signal"     # SIGCONT
@@ -173,9 +174,27 @@ class Restart(_Nodes):
         x.add(self.at_s, OpKind.START, i, targets=tuple(targets))
 
 
+class Leave(_Nodes):
+    """A member departs: for a protocol whose membership service the orchestrator plays (QSM), the view without it
+    is announced at once (a departure is told, not detected: no `failure_detection` delay), and its process is
+    killed. A protocol without one refuses it (runner: exit 2): `crash` is the action there."""
+
+    action: Literal["leave"]
+    OPS = frozenset({OpKind.CRASH, OpKind.GMS_VIEW})
+
+    def expand(self, i, x):
+        targets = x.draw(i, self, x.alive)
+        for n in targets:
+            if n not in x.alive:
+                raise x.fail(i, f"{n} is not running at that time", "nodes", self.nodes.index(n) if self.nodes else 0)
+        x.alive = [m for m in x.alive if m not in targets]
+        x.crashed += targets
+        x.add(self.at_s, OpKind.CRASH, i, targets=tuple(targets), params="leave")
+
+
 class Join(_Nodes):
     action: Literal["join"]
-    OPS = frozenset({OpKind.START})
+    OPS = frozenset({OpKind.START, OpKind.GMS_VIEW})    # the view with the joiners, for a protocol with a GMS
 
     def expand(self, i, x):
         targets = x.draw(i, self, [])
@@ -267,7 +286,7 @@ class Workload(_Action):
         x.add(self.at_s, OpKind(f"workload_{self.op}"), i)
 
 
-ACTION_TYPES = (Crash, Restart, Pause, Perturb, LinkChange, Partition, Heal, Join, Workload)
+ACTION_TYPES = (Crash, Restart, Pause, Perturb, LinkChange, Partition, Heal, Join, Leave, Workload)
 ACTIONS = tuple(c.model_fields["action"].annotation.__args__[0] for c in ACTION_TYPES)
 Action = Annotated[Union[ACTION_TYPES], Field(discriminator="action")]   # type: ignore[valid-type]
 _ADAPTER: TypeAdapter = TypeAdapter(Action)
@@ -405,18 +424,17 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
     """The timeline with the views of a group membership service the orchestrator plays (a protocol adapter's
     `gms_detect_s`: QSM's GMS, §2.1 of its paper, "listens to ... messages from a failure detector"): each crash
     is followed, `detect_s` later (the failure detector's delay), by a GMS_VIEW op without the members it
-    crashed, and each joiner's first start, `detect_s` later, by one with the members it started, from the same
-    schedule entry. Its params: every view's change so far, ("remove" or "add", member ids) (the node installs
+    crashed (a `leave` at once: a departure is told), and each joiner's first start, `detect_s` later, by one with
+    the members it started, from the same schedule entry. Its params: every view's change so far, ("remove" or "add", member ids) (the node installs
     the ones it has not, in order), and the members down by then (crashed, not restarted, or joiners not started
     yet), whom the view is not sent to. A member paused when a view came gets it again as it resumes (a GMS_VIEW
     op at its CONT_SIGNAL, from the pause's entry, targets the resumed members; the others ignore a view they
     have). A view due after the run's end is not announced; a crash of a member that a view already removed
     (crashed before, restarted since) removes nobody new; a restart is not a join (the member stays out)."""
     ids = {m.name: i for i, m in enumerate(plan.members)}
-    changes: list[tuple[str, tuple[int, ...]]] = []
     removed: set[int] = set()
     started: set[str] = set()
-    due: list[tuple[float, int, tuple[str, ...], tuple[tuple[str, tuple[int, ...]], ...]]] = []
+    pending: list[tuple[float, int, int, tuple[str, ...], str, tuple[int, ...]]] = []
     for op in timeline.ops:
         if op.kind == OpKind.CRASH:
             new = sorted(ids[n] for n in op.targets if ids[n] not in removed)
@@ -427,11 +445,18 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
             kind = "add"
         else:
             continue
-        if new and op.t + detect_s <= duration_s:
+        delay = 0.0 if op.kind == OpKind.CRASH and op.params == "leave" else detect_s     # a leave is told
+        if new and op.t + delay <= duration_s:
             if kind == "remove":
                 removed.update(new)
-            changes.append((kind, tuple(new)))
-            due.append((op.t + detect_s, op.index, op.targets, tuple(changes)))
+            pending.append((op.t + delay, len(pending), op.index, op.targets, kind, tuple(new)))
+    # the views in the order they are announced (a leave's may come before an earlier crash's), each with every
+    # change announced so far
+    changes: list[tuple[str, tuple[int, ...]]] = []
+    due: list[tuple[float, int, tuple[str, ...], tuple[tuple[str, tuple[int, ...]], ...]]] = []
+    for t, _, index, targets, kind, ids_ in sorted(pending):
+        changes.append((kind, ids_))
+        due.append((t, index, targets, tuple(changes)))
     # one walk in time order over the schedule's ops and the views (an op before a view at the same time)
     marks = sorted([(op.t, 0, k) for k, op in enumerate(timeline.ops)] + [(v[0], 1, k) for k, v in enumerate(due)])
     down: set[str] = set(timeline.joiners)
@@ -466,6 +491,19 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
                 view(op.t, op.index, tuple(sorted(back)), latest)
                 missed -= back
     return Timeline(actions=timeline.actions, ops=sorted(timeline.ops + extra), joiners=timeline.joiners)
+
+
+def check_leaves(timeline: Timeline, has_gms: bool, protocol: str | None) -> None:
+    """A `leave` needs a protocol whose membership service the orchestrator plays (it announces the departure);
+    elsewhere a departure is a crash (FieldError: exit 2, before anything is built)."""
+    if has_gms:
+        return
+    for op in timeline.ops:
+        if op.kind == OpKind.CRASH and op.params == "leave":
+            a = timeline.actions[op.index]
+            raise FieldError(("schedule", op.index, "action"),
+                             f"leave at {a.at}: {protocol or 'this experiment'} has no membership service the "
+                             "orchestrator plays (QSM has), so nobody would announce the departure; use crash")
 
 
 def check_supported(timeline: Timeline, supported: frozenset[OpKind], backend: str, why: str = "",

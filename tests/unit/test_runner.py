@@ -296,3 +296,29 @@ def test_a_crash_in_a_qsm_run_is_followed_by_the_gms_view_to_the_running_members
     assert sent[2] == "gms_view" and "h3" not in sent[1] and len(sent[1]) == 6
     m = json.loads((run_dir / "manifest.json").read_text())
     assert not [w for w in m.get("warnings", []) if "QSM" in w]
+
+
+@pytest.mark.parametrize("protocol, gms", [
+    ("qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, failure_detection: 0.5s}", True),
+    ("direct: {transport: udp}", False),
+])
+def test_a_leave_is_announced_at_once_or_refused_without_a_membership_service(tmp_path, monkeypatch, protocol, gms):
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake"}))
+    text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
+            f"protocol: {{{protocol}}}\n"
+            "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n"
+            "schedule:\n  - {at: 0.5s, action: leave, nodes: [h3]}\n")
+    f = _write(tmp_path, text)
+    if not gms:
+        with pytest.raises(SpecError, match=r":9: schedule\[0\]\.action: leave at 0.5s: direct has no membership"):
+            run(f, RunOptions(backend="fake", out=tmp_path / "runs"))
+        assert calls == [] and not (tmp_path / "runs").exists()
+        return
+    run_dir = run(f, RunOptions(backend="fake", out=tmp_path / "runs"))
+    applied = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()
+               if json.loads(x)["event"] == "action_applied"]
+    assert [(a["op"], a["planned_s"], a["targets"], a.get("mode")) for a in applied] == [
+        ("crash", 0.5, ["h3"], "leave"), ("gms_view", 0.5, ["h3"], None)]

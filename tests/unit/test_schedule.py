@@ -127,6 +127,31 @@ def test_a_joiner_is_added_by_a_view_after_its_first_start_and_not_sent_views_be
                      (21.0, ((first, added, ("remove", (ids[e],))), tuple(sorted((c, e)))))]
 
 
+def test_a_leave_is_announced_at_once_and_views_go_out_in_time_order():
+    # a crash at 10 s (its view 1.5 s later, at 11.5), a leave at 11 s (its view at once): the leave's view is
+    # announced first, and the crash's then carries both changes; the leaver is killed (a crash op, mode leave)
+    a, b = MEMBERS[2], MEMBERS[5]
+    tl = with_gms(timeline([{"at": 10, "action": "crash", "nodes": [a]},
+                            {"at": 11, "action": "leave", "nodes": [b]}]), PLAN, 1.5, 60.0)
+    assert [(o.t, o.kind, o.params) for o in tl.ops if o.kind == OpKind.CRASH] == [(10.0, "crash", None),
+                                                                                 (11.0, "crash", "leave")]
+    views = [(o.t, o.index, o.params[0]) for o in tl.ops if o.kind == OpKind.GMS_VIEW]
+    assert views == [(11.0, 1, (("remove", (5,)),)), (11.5, 0, (("remove", (5,)), ("remove", (2,))))]
+    with pytest.raises(SpecError, match="not running"):
+        timeline([{"at": 10, "action": "leave", "nodes": [a]}, {"at": 12, "action": "leave", "nodes": [a]}])
+
+
+def test_a_leave_needs_a_membership_service():
+    from orchestrator.schedule import check_leaves
+    from orchestrator.source import FieldError
+
+    tl = timeline([{"at": 10, "action": "leave", "count": 1}])
+    check_leaves(tl, True, "qsm")
+    with pytest.raises(FieldError, match="leave at 10.0: gsgc has no membership service the orchestrator plays"):
+        check_leaves(tl, False, "gsgc")
+    check_leaves(timeline([{"at": 10, "action": "crash", "count": 1}]), False, "gsgc")
+
+
 def test_most_members_down_at_once():
     # 2 down at 10 s, one back at 20 s, 2 more at 30 s: 3 down at once; pauses and joins are nobody down
     a, b, c, d = MEMBERS[:4]
@@ -172,7 +197,8 @@ def test_each_action_is_its_own_model_and_declares_its_operations():
                            {"at": 3, "action": "link", "subtree": MEMBERS[1], "set": {"delay": "1ms"}}])
     assert [type(a) for a in acts] == [Crash, Pause, LinkChange]
     assert acts[1].duration_s == 1.0 and acts[2].set.delay == "1ms"
-    assert set(ACTIONS) == {"crash", "restart", "pause", "perturb", "link", "partition", "heal", "join", "workload"}
+    assert set(ACTIONS) == {"crash", "restart", "pause", "perturb", "link", "partition", "heal", "join", "leave",
+                            "workload"}
     # every operation an action expands to is one it declares, and together they cover every OpKind
     assert set().union(*(t.OPS for t in ACTION_TYPES)) == set(OpKind)
     tl = timeline([{"at": 1, "action": "crash", "nodes": [MEMBERS[0]]}, {"at": 2, "action": "restart", "crashed": True},
