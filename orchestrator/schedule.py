@@ -144,13 +144,18 @@ class Crash(_Nodes):
     OPS = frozenset({OpKind.CRASH, OpKind.GMS_VIEW})    # the view after it, for a protocol with a GMS (with_gms)
 
     def expand(self, i, x):
-        targets = x.draw(i, self, x.alive)
-        for n in targets:
-            if n not in x.alive:
-                raise x.fail(i, f"{n} is not running at that time", "nodes", self.nodes.index(n) if self.nodes else 0)
-        x.alive = [m for m in x.alive if m not in targets]
-        x.crashed += targets
-        x.add(self.at_s, OpKind.CRASH, i, targets=tuple(targets), params="silent" if self.mode == "silent" else None)
+        _take_down(self, i, x, "silent" if self.mode == "silent" else None)
+
+
+def _take_down(a: _Nodes, i: int, x: "_Expansion", params: str | None) -> None:
+    """A crash or a leave: its running targets stop (a CRASH op with `params`)."""
+    targets = x.draw(i, a, x.alive)
+    for n in targets:
+        if n not in x.alive:
+            raise x.fail(i, f"{n} is not running at that time", "nodes", a.nodes.index(n) if a.nodes else 0)
+    x.alive = [m for m in x.alive if m not in targets]
+    x.crashed += targets
+    x.add(a.at_s, OpKind.CRASH, i, targets=tuple(targets), params=params)
 
 
 class Restart(_Nodes):
@@ -183,13 +188,7 @@ class Leave(_Nodes):
     OPS = frozenset({OpKind.CRASH, OpKind.GMS_VIEW})
 
     def expand(self, i, x):
-        targets = x.draw(i, self, x.alive)
-        for n in targets:
-            if n not in x.alive:
-                raise x.fail(i, f"{n} is not running at that time", "nodes", self.nodes.index(n) if self.nodes else 0)
-        x.alive = [m for m in x.alive if m not in targets]
-        x.crashed += targets
-        x.add(self.at_s, OpKind.CRASH, i, targets=tuple(targets), params="leave")
+        _take_down(self, i, x, "leave")
 
 
 class Join(_Nodes):

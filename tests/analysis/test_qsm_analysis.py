@@ -120,20 +120,28 @@ def assert_same(ours: dict, theirs: dict) -> None:
             assert ours[k] == v, k
 
 
-def test_run_values_equal_the_spark_tables_on_one_log(spark, tmp_path):
-    """The hand-made log of test_qsm_values.py as a run directory (run_values) and as Spark rows (the transforms)."""
-    from analysis.rundir import load
-    from tests.analysis.test_qsm_values import T0, one_sender_log, qsm_run
+def frames_of(spark, log: list[dict], run):
+    """A run directory's log (test_qsm_values.py's) as the Spark frames the transforms take: events, members,
+    groups."""
+    from tests.analysis.test_qsm_values import T0
 
-    log = one_sender_log()
-    run = load(qsm_run(tmp_path, log))
-    ours = qsm.PLUGIN.run_values(run)
     rows = [(x["node"], x["event"], x["ts"], x["ts"] - T0, x.get("seq"), x.get("origin"), json.dumps(x)) for x in log]
     events = spark.createDataFrame(rows, "node string, event string, ts double, t_s double, seq long, "
                                          "origin long, raw string")
     members = spark.createDataFrame([(m.id, m.name, None, None) for m in run.members],
                                     "member_id int, member string, sender_index int, local_group int")
-    groups = qsm.group_table(spark, run.params, [(m.id, m.name) for m in run.members])
+    return events, members, qsm.group_table(spark, run.params, [(m.id, m.name) for m in run.members])
+
+
+def test_run_values_equal_the_spark_tables_on_one_log(spark, tmp_path):
+    """The hand-made log of test_qsm_values.py as a run directory (run_values) and as Spark rows (the transforms)."""
+    from analysis.rundir import load
+    from tests.analysis.test_qsm_values import one_sender_log, qsm_run
+
+    log = one_sender_log()
+    run = load(qsm_run(tmp_path, log))
+    ours = qsm.PLUGIN.run_values(run)
+    events, members, groups = frames_of(spark, log, run)
     samples = qsm.rate_samples(events)
     data = {k: [r.asDict() for r in df.collect()] for k, df in (
         ("delivery", qsm.delivery_per_group(events, groups, members)), ("variability", qsm.rate_variability(samples)),
@@ -149,16 +157,11 @@ def test_a_joiners_delivery_is_the_same_in_spark(spark, tmp_path):
     """test_qsm_values.joiners_log (joiners h2 and h3, h2 added by view 1): the Spark delivery table expects what
     run_values expects, 5 of 6."""
     from analysis.rundir import load
-    from tests.analysis.test_qsm_values import T0, joiners_log, qsm_run
+    from tests.analysis.test_qsm_values import joiners_log, qsm_run
 
     log = joiners_log()
     run = load(qsm_run(tmp_path, log, n=4, joiners=["h2", "h3"]))
-    rows = [(x["node"], x["event"], x["ts"], x["ts"] - T0, x.get("seq"), x.get("origin"), json.dumps(x)) for x in log]
-    events = spark.createDataFrame(rows, "node string, event string, ts double, t_s double, seq long, "
-                                         "origin long, raw string")
-    members = spark.createDataFrame([(m.id, m.name, None, None) for m in run.members],
-                                    "member_id int, member string, sender_index int, local_group int")
-    groups = qsm.group_table(spark, run.params, [(m.id, m.name) for m in run.members])
+    events, members, groups = frames_of(spark, log, run)
     (row,) = qsm.delivery_per_group(events, groups, members, ["h2", "h3"]).collect()
     assert (row["expected"], row["received"]) == (6, 5)
     assert row["delivery_ratio"] == pytest.approx(qsm.PLUGIN.run_values(run)["delivery"])

@@ -46,23 +46,45 @@ def run_small(tmp: Path, stop_s: int, duration_s: int, extra: str = "") -> list[
     return events(Path(r.stdout.strip().splitlines()[-1]))
 
 
+GROUPS = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
+
+
+def check_deliveries(log: list[dict], gone: set[str] = frozenset(),
+                     since: dict[str, dict[str, float]] | None = None) -> tuple[dict, dict, Counter]:
+    """Every member but `gone` delivered every packet of its groups but its own exactly once and nothing else (a
+    member in `since`, joiner -> origin -> time, only what that origin sent from then on), and ended with nothing
+    cached or buffered. Returns (member ids, sent: (origin id, seq) -> (group, ts, origin), receipts)."""
+    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
+    sent = {(ids[e["node"]], e["seq"]): (e["group_name"], e["ts"], e["node"])
+            for e in log if e["event"] == "data_sent"}
+    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
+    assert max(got.values()) == 1, "a packet was delivered twice"
+    for node, mid in ids.items():
+        if node in gone:
+            continue
+        cut = (since or {}).get(node)
+        expected = {(o, s) for (o, s), (g, ts, n) in sent.items()
+                    if node in GROUPS[g] and o != mid and (cut is None or ts >= cut.get(n, float("inf")))}
+        mine = {(o, s) for (n, o, s) in got if n == node}
+        assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, extra {sorted(mine - expected)[:5]}"
+    stopped = {e["node"]: e["protocol"] for e in log if e["event"] == "node_stopped"}
+    for node, snap in stopped.items():
+        if node not in gone:
+            assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
+            if "sender" in snap:
+                assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"
+    return ids, sent, got
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 @pytest.mark.slow
 def test_qsm_small_every_member_delivers_its_groups(tmp_path):
     # shortened: send 1 s .. 14 s, stop at 30 s (two dozen token rounds of 500 ms after the last send)
     log = run_small(tmp_path, STOP_S, DURATION_S)
-    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
+    ids, sent, _ = check_deliveries(log)
     assert len(ids) == 24
-    groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
-    sent = {(ids[e["node"]], e["seq"]): e["group_name"] for e in log if e["event"] == "data_sent"}
-    assert {g for g in sent.values()} == {"a", "b"} and len(sent) >= 2 * 13 * 5   # rate control: ≥ μ_min = 5/s
-    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
-    assert max(got.values()) == 1, "a packet was delivered twice"
-    for node, mid in ids.items():
-        expected = {(o, s) for (o, s), g in sent.items() if node in groups[g] and o != mid}
-        mine = {(o, s) for (n, o, s) in got if n == node}
-        assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, extra {sorted(mine - expected)[:5]}"
+    assert {g for g, _, _ in sent.values()} == {"a", "b"} and len(sent) >= 2 * 13 * 5   # rate control: ≥ μ_min = 5/s
     # 1 % per link: some multicast copies were lost and recovered
     recovered = [e for e in log if e["event"] == "recovered"]
     assert recovered, "no loss was recovered: the test did not exercise QSM's recovery"
@@ -73,11 +95,6 @@ def test_qsm_small_every_member_delivers_its_groups(tmp_path):
           f"({Counter(e['how'] for e in recovered)}), recovery latency mean {statistics.fmean(rec_lat):.3f} s "
           f"max {max(rec_lat):.3f} s, ACK latency mean {ack_lat:.3f} s over {sum(e['acked'] for e in acks)} acks")
     assert rec_lat and ack_lat > 0
-    stopped = {e["node"]: e["protocol"] for e in log if e["event"] == "node_stopped"}
-    for node, snap in stopped.items():
-        assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
-        if "sender" in snap:
-            assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -110,22 +127,12 @@ def test_qsm_view_change_after_crashes_mid_stream(tmp_path):
     # every packet of its groups exactly once, those sent before the view in the old region views, those after in
     # the new ones
     log = run_small(tmp_path, 11, 24, "schedule:\n  - {at: 5s, action: crash, nodes: [h3, h9]}\n")
-    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
     crashed = {"h3", "h9"}
+    ids, sent, _ = check_deliveries(log, crashed)
     applied = [(e["op"], round(e["planned_s"], 3)) for e in log if e["event"] == "action_applied"]
     assert applied == [("crash", 5.0), ("gms_view", 6.0)], applied
     views = {e["node"]: e for e in log if e["event"] == "gms_view"}
     assert set(views) == set(ids) - crashed and all(v["removed"] == [3, 9] for v in views.values())
-    groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
-    sent = {(ids[e["node"]], e["seq"]): e["group_name"] for e in log if e["event"] == "data_sent"}
-    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
-    assert max(got.values()) == 1, "a packet was delivered twice"
-    for node, mid in ids.items():
-        if node in crashed:
-            continue
-        expected = {(o, s) for (o, s), g in sent.items() if node in groups[g] and o != mid}
-        mine = {(o, s) for (n, o, s) in got if n == node}
-        assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, extra {sorted(mine - expected)[:5]}"
     # both region views carried packets: r-a and r-a-b (indexes 0, 1) before the view, their successors after
     by_view = Counter(e["region_index"] for e in log if e["event"] == "data_received")
     assert by_view[0] and by_view[1] and by_view[3] and by_view[4], by_view
@@ -137,12 +144,6 @@ def test_qsm_view_change_after_crashes_mid_stream(tmp_path):
           f"{len(views)} members installed the view within {(max(e['ts'] for e in views.values()) - t_view) * 1e3:.0f} "
           f"ms; old-view packets recovered after it {dict(late)}; old views retired (index, why) "
           f"{Counter((e['region_index'], e['reason']) for e in retired)}")
-    stopped = {e["node"]: e["protocol"] for e in log if e["event"] == "node_stopped"}
-    for node, snap in stopped.items():
-        if node not in crashed:
-            assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
-            if "sender" in snap:
-                assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"
 
 
 @pytest.mark.root
@@ -154,35 +155,21 @@ def test_qsm_members_join_mid_stream(tmp_path):
     # every origin sent from its own install of that view on (the views it multicasts into from then on hold the
     # joiner), once; every other member every packet of its groups, once; h20 sends only once it is in.
     log = run_small(tmp_path, 11, 24, "schedule:\n  - {at: 4s, action: join, nodes: [h5, h12, h20]}\n")
-    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
     joiners = {"h5", "h12", "h20"}
+    views = [e for e in log if e["event"] == "gms_view"]
+    since = {e["node"]: e["ts"] for e in views}           # each origin's install of the view adding them
+    ids, sent, got = check_deliveries(log, since={j: since for j in joiners})
     applied = [(e["op"], round(e["planned_s"], 3)) for e in log if e["event"] == "action_applied"]
     assert applied == [("start", 4.0), ("gms_view", 5.0)], applied
     assert {e["node"] for e in log if e["event"] == "qsm_waiting_to_join"} == joiners
-    views = [e for e in log if e["event"] == "gms_view"]
     assert {e["node"] for e in views} == set(ids) and all(e["added"] == [5, 12, 20] for e in views)
-    since = {e["node"]: e["ts"] for e in views}           # each origin's install of the view adding them
-    groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
-    sent = {(ids[e["node"]], e["seq"]): (e["group_name"], e["ts"], e["node"]) for e in log if e["event"] == "data_sent"}
     assert min(ts for (g, ts, n) in sent.values() if n == "h20") >= since["h20"]
-    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
-    assert max(got.values()) == 1, "a packet was delivered twice"
-    for node, mid in ids.items():
-        expected = {(o, s) for (o, s), (g, ts, n) in sent.items()
-                    if node in groups[g] and o != mid and (node not in joiners or ts >= since[n])}
-        mine = {(o, s) for (n, o, s) in got if n == node}
-        assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, extra {sorted(mine - expected)[:5]}"
     assert all(sum(1 for (n, _, _) in got if n == j) > 10 for j in ("h5", "h12"))
     retired = Counter(e["region_index"] for e in log if e["event"] == "view_retired")
     print(f"\nQSM joins: {len(sent)} packets ({sum(1 for v in sent.values() if v[2] == 'h20')} from h20 after it "
           f"joined); {len(views)} members installed the view within "
           f"{(max(since.values()) - min(since.values())) * 1e3:.0f} ms; joiners delivered "
           f"{ {j: sum(1 for (n, _, _) in got if n == j) for j in sorted(joiners)} }; old views retired {dict(retired)}")
-    stopped = {e["node"]: e["protocol"] for e in log if e["event"] == "node_stopped"}
-    for node, snap in stopped.items():
-        assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
-        if "sender" in snap:
-            assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"
 
 
 @pytest.mark.root
@@ -193,21 +180,11 @@ def test_qsm_member_leaves_mid_stream(tmp_path):
     # comes at once (a departure is told, not detected), then it is killed; every other member delivers every
     # packet of its groups exactly once
     log = run_small(tmp_path, 11, 22, "schedule:\n  - {at: 5s, action: leave, nodes: [h9]}\n")
-    ids = {e["node"]: e["id"] for e in log if e["event"] == "node_started"}
+    ids, sent, _ = check_deliveries(log, {"h9"})
     applied = [(e["op"], round(e["planned_s"], 3), e.get("mode")) for e in log if e["event"] == "action_applied"]
     assert applied == [("crash", 5.0, "leave"), ("gms_view", 5.0, None)], applied
     views = {e["node"]: e for e in log if e["event"] == "gms_view"}
     assert set(views) == set(ids) - {"h9"} and all(v["removed"] == [9] for v in views.values())
-    groups = {"a": {f"h{i}" for i in range(16)}, "b": {f"h{i}" for i in range(8, 24)}}
-    sent = {(ids[e["node"]], e["seq"]): e["group_name"] for e in log if e["event"] == "data_sent"}
-    got = Counter((e["node"], e["origin"], e["seq"]) for e in log if e["event"] == "data_received")
-    assert max(got.values()) == 1, "a packet was delivered twice"
-    for node, mid in ids.items():
-        if node != "h9":
-            expected = {(o, s) for (o, s), g in sent.items() if node in groups[g] and o != mid}
-            mine = {(o, s) for (n, o, s) in got if n == node}
-            assert mine == expected, f"{node}: missing {sorted(expected - mine)[:5]}, " \
-                                     f"extra {sorted(mine - expected)[:5]}"
     t_view = min(e["ts"] for e in views.values())
     print(f"\nQSM leave: {len(sent)} packets; {len(views)} members installed the view within "
           f"{(max(e['ts'] for e in views.values()) - t_view) * 1e3:.0f} ms of each other")
