@@ -109,7 +109,7 @@ def test_fig14_sweep_splits_one_group_into_k_regions():
     for p, doc in pts:
         k = int(p.coord("regions"))
         assert [g["name"] for g in doc["protocol"]["qsm"]["groups"]] == ["a"] + [f"x{j}" for j in range(1, k)]
-        assert doc["nodes"]["cpu"] == 0.2 and doc["time"]["dilation"] == "auto" and doc["seed"] == 1 + p.rep
+        assert doc["nodes"]["cpu"] == 0.2 and doc["time"]["dilation"] == 4 and doc["seed"] == 1 + p.rep
         cfgs = configs(doc)
         regions = {next(g["name"] for g in c["multicast"] if g["receive"]) for c in cfgs.values()}
         assert len(regions) == k
