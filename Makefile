@@ -179,6 +179,9 @@ repro-qsm-fig19-20: setup
 	  --axis nodes.cpu=0.2 --axis workload.stop=22s --axis duration=28s --dilation 2 --no-analyze \
 	  --out $(REPRO_OUT)/qsm-fig19-20
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig19-20 --out docs/results/qsm-fig19-20 --load $(REPRO_OUT)/load.log
+	{ echo "# python -m experiments.qsm_undelivered on the three runs of the 8-member, 1 % loss point of make repro-qsm-fig19-20"; \
+	  $(PY) -m experiments.qsm_undelivered $(REPRO_OUT)/qsm-fig19-20/points/nodes-8_loss-1_*/*/; } \
+	  > docs/results/qsm-fig19-20/undelivered-8-members-1pct.txt
 
 # QSM's Figure 14 (issue 34): one 25-member group split into 1, 2, 4, 8 regions by artificial groups, every member
 # at a CPU budget of 0.2 virtual cores (N = 4), 3 runs per point, one at a time, the load logged; about 20 minutes.
