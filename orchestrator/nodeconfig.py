@@ -14,7 +14,7 @@ from orchestrator.errors import SpecError
 from orchestrator.source import FieldError
 from orchestrator.mcast.tree import member_endpoints
 from orchestrator.protocols import SECTIONS, Context
-from orchestrator.schedule import expand, most_down, parse_schedule
+from orchestrator.schedule import Timeline, expand, most_down, parse_schedule
 from orchestrator.plan import NetworkPlan, choose_senders
 from orchestrator.spec import Experiment
 from orchestrator.units import parse_time
@@ -23,11 +23,12 @@ NODE_PORT = 7000
 
 
 def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Path,
-                 check_only: bool = False) -> dict[str, dict]:
+                 check_only: bool = False, timeline: Timeline | None = None) -> dict[str, dict]:
     """Each member's gossipnode config (JSON-ready), validated by the node's own model. Raises SpecError.
     `check_only`: build and validate only the first member's and the first sender's configs (the others differ from
     these only in names, addresses and groups; each validation reads the whole member list): what `prepare` checks
-    for `up` and `run` before anything is built."""
+    for `up` and `run` before anything is built. `timeline`: the schedule as the run expanded it (expanded here
+    when not given): its joiners and the most members it has down reach the protocol's parameters."""
     from gossipnode.config import NodeConfig
 
     members = plan.members
@@ -35,7 +36,8 @@ def node_configs(exp: Experiment, plan: NetworkPlan, run_dir: Path, ctl_dir: Pat
         raise SpecError("the topology has no members to run the protocol on")
     if exp.protocol is None:
         raise SpecError(f"protocol: the experiment names no protocol (available: {', '.join(SECTIONS)})")
-    timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
+    if timeline is None:
+        timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
     params = exp.protocol.node_params(Context(members=len(members), seed=exp.seed, down=most_down(timeline),
                                               joiners=tuple(timeline.joiners)))
     ids = {m.name: i for i, m in enumerate(members)}

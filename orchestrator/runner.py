@@ -317,7 +317,7 @@ def plan_run(experiment_path: str | Path, opts: RunOptions, variables: dict | No
     # The lab's clock: virtual time from this epoch on (docs/virtual-time.md); every node and record uses it.
     clock = dilation.clock(time.time())
     try:
-        configs = node_configs(exp, plan, run_path, ctl_dir)
+        configs = node_configs(exp, plan, run_path, ctl_dir, timeline=timeline)
     except FieldError as exc:
         raise locate(experiment_path, exc, variables) from None
     for name, cfg in configs.items():

@@ -351,8 +351,8 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
         "regions": max((k for _, k in copies), default=None)}
     all_ts = sorted(t for s in sent.values() for t, _, _ in s)
     expected = logged = 0
-    joiners = {j if isinstance(j, str) else next((n for n, i in ids.items() if i == j), str(j))
-               for j in p.get("joiners") or ()}
+    by_id = {i: n for n, i in ids.items()}
+    joiners = {j if isinstance(j, str) else by_id.get(j, str(j)) for j in p.get("joiners") or ()}
     cut = join_cutoffs(views, joiners, ids) if joiners else {}
     for origin, msgs in sent.items():
         if origin not in ids:

@@ -73,7 +73,7 @@ class QsmParams(Strict):
         if self.transport == "mcast":
             # the regions once every joiner has joined (the initial views' regions are among them)
             assert ms.configured is not None
-            full = compute_regions(ms.configured, cfg.n, self.partition_size)
+            full = compute_regions(ms.configured, cfg.n, self.partition_size) if ms.absent else ms.regions
             mine = next(r for r in full if cfg.id in r.members)
             need = {mine.name: False}
             for g in ms.sends_to.get(cfg.id, []):
