@@ -79,7 +79,10 @@ def test_node_process_lifecycle(nodes):
 
     # After SIGCONT the sender skipped what it missed instead of catching up in a burst.
     sender = logs[0]
-    skipped = {e["timer"]: e["missed"] for e in sender if e["event"] == "steps_skipped" and e["ts"] >= resumed}
+    skipped: dict[str, int] = {}  # summed: a busy host can make the node late again after the resume (CI run)
+    for e in sender:
+        if e["event"] == "steps_skipped" and e["ts"] >= resumed:
+            skipped[e["timer"]] = skipped.get(e["timer"], 0) + e["missed"]
     assert skipped.get("step", 0) >= 3 and skipped.get("workload", 0) >= 6, skipped
     burst = [e for e in sender if e["event"] == "data_sent" and resumed <= e["ts"] < resumed + 0.1]
     assert len(burst) <= 3, burst
