@@ -381,25 +381,29 @@ repro-netem: setup
 	@set -e; for x in $(NC_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ':' ' '); \
 	  test -e $(NC)/delayline/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
 	    --no-analyze --out $(NC)/delayline/$$n; done
-	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(wildcard $(NC)/vm-delayline/* $(NC)/delayline-n5/*) \
-	  --out docs/results/netem
+	$(PY) -m analysis.netem_compare $$(ls -d $(NC)/netem*/* $(NC)/delayline*/* $(NC)/vm-delayline*/* 2>/dev/null) \
+	  --merge --out docs/results/netem
 
 # The main table's disagreements apart (docs/netem.md): the delay line at the VM's dilation 5 in the VM (~35 min; it
 # needs the machine to itself) and on this machine (~15 min), 3 runs each of pbcast-small and qsm-small, then both
-# tables (the runs of make repro-netem too).
+# tables (the runs of make repro-netem too). NCI_N=10: netem and the delay line both in the VM at dilation 10 (where
+# the delay line is faithful there too; ~80 min), the delay line here at 10 (~25 min): a chain of its own. The CSV
+# keeps the runs of earlier sweeps (--merge: a run again replaces its row).
 NCI_EXPS := pbcast-small:--axis=nodes.packing=12 qsm-small:--axis=nodes.packing=24
+NCI_N ?= 5
+NCI_VM_DIRS := $(if $(filter 5,$(NCI_N)),vm-delayline:delayline,netem-n$(NCI_N):netem vm-delayline-n$(NCI_N):delayline)
 repro-netem-isolate: setup
 	@test -n "$(NETEM_VM)" -a -x "$(NETEM_VM)" || { echo "run-in-netem-vm.sh not found: pass NETEM_VM=/path/to/run-in-netem-vm.sh" >&2; exit 2; }
-	@mkdir -p $(NC); for x in $(NCI_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ":" " "); \
-	  test -e $(NC)/vm-delayline/$$n || echo "$$n $$a"; done > $(NC).todo; \
-	if [ -s $(NC).todo ]; then $(NETEM_VM) --timeout 3600 -- bash -c 'while read n a; do \
-	  $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline --dilation 5 --no-analyze \
-	    --out $(NC)/vm-delayline/$$n || true; done < $(NC).todo'; fi
+	@mkdir -p $(NC); for d in $(NCI_VM_DIRS); do for x in $(NCI_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ":" " "); \
+	  test -e $(NC)/$${d%%:*}/$$n || echo "$${d%%:*} $${d#*:} $$n $$a"; done; done > $(NC).todo; \
+	if [ -s $(NC).todo ]; then $(NETEM_VM) --timeout 9000 -- bash -c 'while read d s n a; do \
+	  $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper $$s --dilation $(NCI_N) --no-analyze \
+	    --out $(NC)/$$d/$$n || true; done < $(NC).todo'; fi
 	@set -e; for x in $(NCI_EXPS); do n=$${x%%:*}; a=$$(echo $${x#*:} | tr ':' ' '); \
-	  test -e $(NC)/delayline-n5/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
-	    --dilation 5 --no-analyze --out $(NC)/delayline-n5/$$n; done
-	$(PY) -m analysis.netem_compare $(NC)/netem/* $(NC)/delayline/* $(NC)/vm-delayline/* $(NC)/delayline-n5/* \
-	  --out docs/results/netem
+	  test -e $(NC)/delayline-n$(NCI_N)/$$n || $(ORCH) sweep topologies/$$n.yaml $$a --repetitions 3 --shaper delayline \
+	    --dilation $(NCI_N) --no-analyze --out $(NC)/delayline-n$(NCI_N)/$$n; done
+	$(PY) -m analysis.netem_compare $$(ls -d $(NC)/netem*/* $(NC)/delayline*/* $(NC)/vm-delayline*/* 2>/dev/null) \
+	  --merge --out docs/results/netem
 
 clean-labs: venv
 	$(VENV)/bin/orchestrator teardown --all

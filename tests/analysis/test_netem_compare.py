@@ -1,7 +1,7 @@
 """analysis.netem_compare's table (pure): agreement is overlapping 95 % intervals, excluded runs are listed."""
 from __future__ import annotations
 
-from analysis.netem_compare import compare_table, isolation_table, overlap, side
+from analysis.netem_compare import compare_table, isolation_table, merged, overlap, side
 
 
 def rows(shaper, values, exp="pbcast-small", dilation=None, **extra):
@@ -68,3 +68,44 @@ def test_isolation_table_names_the_cause():
     assert cause("x") == "not isolated (no single step differs) |"
     assert cause("o") == "the machine (the dilation step goes against it) |"
     assert isolation_table(rows("netem", [1.0]) + rows("delayline", [1.0])) == ""
+
+
+def test_a_netem_run_at_another_dilation_starts_its_own_chain():
+    """`make repro-netem-isolate NCI_N=10`: netem and the delay line in the VM at N = 10, the delay line here at 10;
+    the main table keeps netem at its own dilation (5) and the N = 10 chain names its cause."""
+    vm, host = {"kernel": "6.1-vm"}, {"kernel": "6.18-host"}
+    lo, hi = [0.5, 0.51, 0.52], [0.9, 0.91, 0.92]
+    main = rows("netem", hi) + rows("delayline", hi, **host)
+    ten = (rows("netem", lo, dilation=10, **vm) + rows("delayline", lo, dilation=10, **vm)
+           + rows("delayline", hi, dilation=10, **host))
+    allrows = [{**r, "kernel": "6.1-vm"} for r in main[:3]] + main[3:] + ten
+    assert [side(r, {"6.1-vm"}, 5.0) for r in ten[::3]] == ["netem@10", "delayline@10 (VM)", "delayline@10"]
+    t = compare_table(allrows)
+    line = next(x for x in t.split("At dilation")[0].splitlines()
+                if x.startswith("| pbcast-small | delivered_to_all_fraction"))
+    assert "0.910 ± 0.025 (3) | 0.910 ± 0.025 (3)" in line and line.endswith("| yes |")
+    iso = isolation_table(allrows)
+    assert "The main table's two sides apart" not in iso       # no delay line at N = 5: no main chain
+    assert iso.count("At dilation 10") == 1
+    head = next(x for x in iso.splitlines() if x.startswith("| experiment"))
+    assert ("netem@10 -> delayline@10 (VM) (shaper) | delayline@10 (VM) -> delayline@10 (machine) | "
+            "delayline@10 -> delayline (dilation) | cause of a netem@10 / delayline disagreement |") in head
+    line = next(x for x in iso.splitlines() if x.startswith("| pbcast-small | delivered_to_all_fraction"))
+    assert line.endswith("| yes | **no** | yes | the machine |")
+    assert "- pbcast-small, netem@10: 3 runs at dilation 10, 3 faithful" in t
+
+
+def test_merge_keeps_other_sweeps_and_replaces_a_rerun():
+    old = [{"shaper": "netem", "experiment": "e", "point": "p0", "dilation": "5.0", "kernel": "k", "v": "1"},
+           {"shaper": "delayline", "experiment": "e", "point": "p0", "dilation": "1.0", "kernel": "h", "v": "2"}]
+    new = [{"shaper": "delayline", "experiment": "e", "point": "p0", "dilation": 1.0, "kernel": "h", "v": 3},
+           {"shaper": "netem", "experiment": "e", "point": "p0", "dilation": 10.0, "kernel": "k", "v": 4}]
+    assert merged(old, new) == [old[0], *new]
+
+
+def test_a_rate_is_not_shown_as_a_time():
+    t = isolation_table(rows("netem", [50.0, 50.0], throughput_unperturbed_per_s=50.0, kernel="vm")
+                        + rows("delayline", [50.0, 50.0], dilation=5, throughput_unperturbed_per_s=50.0,
+                               kernel="host"))
+    line = next(x for x in t.splitlines() if "throughput_unperturbed_per_s" in x)
+    assert "| 50 ± 0 (2) |" in line and " ms " not in line
