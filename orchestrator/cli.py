@@ -38,7 +38,8 @@ SHAPER_HELP = ("auto|netem|delayline|tbf: auto takes netem when the kernel has i
 
 BACKEND_HELP = ("mininet (default: namespaces on this machine), docker (containers from the node image) or hosts "
                 "(real machines over SSH and Ansible, with --inventory).")
-INVENTORY_HELP = "--backend hosts: the hosts file (YAML: name, ssh, user, key, address per host; README 'Real hosts')."
+INVENTORY_HELP = ("--backend hosts: the hosts file (YAML: name, ssh, user, key, address per host) or an Ansible "
+                  "INI/YAML inventory (group 'testbed'; docs/backends.md).")
 KNOWN_HOSTS_HELP = "--backend hosts: known_hosts file the host keys are checked against (default ~/.ssh/known_hosts)."
 ACCEPT_NEW_HELP = ("--backend hosts: accept and record the keys of hosts not in known_hosts yet (a changed key is "
                    "always refused). Without it an unknown host is an error.")

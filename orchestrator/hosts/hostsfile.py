@@ -142,48 +142,58 @@ def parse_hosts(text: str, source: str = "<hosts>", base: Path | None = None) ->
         raise src.validation_error(exc) from None
     except RecursionError:
         raise src.plain("nested too deeply") from None
-    base = base or Path.cwd()
+
+    def fail(i: int, h: HostEntry, msg: str, *key: str) -> SpecError:
+        # The host's own key when it sets it, else the host entry (a default or a missing value).
+        return src.error(("hosts", i, *key), f"({h.name}) {msg}")
+
+    return resolve_hosts(hf, base or Path.cwd(), fail)
+
+
+def resolve_hosts(hf: HostsFile, base: Path, fail) -> list[Host]:
+    """Every default applied, the key path absolute (relative to `base`), names, addresses and members unique;
+    `fail(i, entry, message, *key)` makes the SpecError (the hosts file locates it by line, an Ansible inventory
+    names the host)."""
     d = hf.defaults
     out: list[Host] = []
     seen: dict[str, set] = {"name": set(), "address": set(), "member": set()}
 
     for i, h in enumerate(hf.hosts):
-        def fail(msg: str, *key: str) -> SpecError:
-            # The host's own key when it sets it, else the host entry (a default or a missing value).
-            return src.error(("hosts", i, *key), f"({h.name}) {msg}")
+        def err(msg: str, *key: str, i=i, h=h) -> SpecError:
+            return fail(i, h, msg, *key)
 
         try:
             ssh_host, port = _split_ssh(h.ssh, h.port if h.port is not None else None)
         except ValueError as exc:
-            raise fail(str(exc), "ssh") from None
+            raise err(str(exc), "ssh") from None
         user = h.user or d.user
         key = h.key or d.key
         if not user:
-            raise fail("no `user` (set it on the host or in `defaults`)")
+            raise err("no `user` (set it on the host or in `defaults`)")
         if not USER_RE.match(user):
-            raise fail(f"user {user!r} is not a valid user name", *(("user",) if h.user else ()))
+            raise err(f"user {user!r} is not a valid user name", *(("user",) if h.user else ()))
         if not key:
-            raise fail("no `key` (set it on the host or in `defaults`)")
+            raise err("no `key` (set it on the host or in `defaults`)")
         key_where = ("key",) if h.key else ()
         try:
             key_path = (base / Path(key).expanduser()).resolve()
             is_file = key_path.is_file()
         except (OSError, RuntimeError, ValueError) as exc:     # ~nosuchuser, a NUL, a name too long
-            raise fail(f"key {key!r} cannot be used: {exc}", *key_where) from None
+            raise err(f"key {key!r} cannot be used: {exc}", *key_where) from None
         if not is_file:
-            raise fail(f"key {key} ({key_path}) is not a file", *key_where)
+            raise err(f"key {key} ({key_path}) is not a file", *key_where)
         try:
             workdir = _safe_abs_path(h.workdir or d.workdir or "/var/lib/gossip-testbed", "workdir")
             python = _safe_abs_path(h.python or d.python or "/usr/bin/python3", "python")
         except ValueError as exc:
-            raise fail(str(exc)) from None
+            raise err(str(exc)) from None
         if workdir == "/":
-            raise fail("workdir must not be /")
+            raise err("workdir must not be /")
         for k, v in (("name", h.name), ("address", h.address), ("member", h.member)):
             if v is None:
                 continue
             if v in seen[k]:
-                raise fail(f"{k} {v!r} appears twice", k)
+                raise err(f"{k} {v!r} appears twice", k)
             seen[k].add(v)
         out.append(Host(name=h.name, ssh_host=ssh_host, ssh_port=port or d.port or 22, user=user,
                         key=str(key_path), address=h.address, interface=h.interface, workdir=workdir,
@@ -191,9 +201,33 @@ def parse_hosts(text: str, source: str = "<hosts>", base: Path | None = None) ->
     return out
 
 
+INI_LINE_RE = re.compile(r"^\s*(\[[^\]\s]+\]|[^\s#;=]+\s+[A-Za-z_]\w*=\S*)", re.M)
+
+
+def is_hosts_file(text: str) -> bool:
+    """This project's hosts file (a YAML mapping with `hosts:` or `defaults:`), not an Ansible inventory (YAML
+    whose top-level keys are groups, or INI: `[group]`, `name var=value` or bare names). Broken YAML that looks
+    like no INI is taken for a hosts file, so its error is located."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return not INI_LINE_RE.search(text)
+    if isinstance(doc, dict):
+        return "hosts" in doc or "defaults" in doc
+    return not isinstance(doc, str)          # bare INI host names read as one YAML string
+
+
 def load_hosts(path: str | Path) -> list[Host]:
+    """A hosts file, or an Ansible inventory (INI or YAML; orchestrator.hosts.inventory)."""
     path = Path(path)
-    return parse_hosts(read_input(path, "hosts"), str(path), path.resolve().parent)
+    text = read_input(path, "hosts")
+    if not is_hosts_file(text):
+        from orchestrator.hosts.inventory import load_inventory
+
+        return load_inventory(path)
+    return parse_hosts(text, str(path), path.resolve().parent)
 
 
 def assign_members(hosts: list[Host], members: list[str]) -> list[Host]:
