@@ -132,3 +132,68 @@ def shard_plan(plan: NetworkPlan, machines: list[str], weights: dict[str, int] |
     cut = tuple(CutLink(parent=parent[r], child=r, parent_machine=machine[owner[parent[r]]],
                         child_machine=machine[r]) for r in roots[1:])
     return Sharding(shards=shards, cut=cut)
+
+
+# --- cut links as tunnels ---------------------------------------------------------------------------------------
+VXLAN_PORT = 4789          # IANA's VXLAN port
+VXLAN_OVERHEAD = 50        # outer IPv4 + UDP + VXLAN + inner Ethernet headers
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """One side of a cut link: a VXLAN device made in `machine`'s own namespace (where its underlay address is)
+    and moved into `node`'s namespace under the link's interface name, so the node sees the link as it would a
+    veth. The kernel keeps a moved VXLAN device's underlay socket in the namespace it was made in."""
+
+    link: str                  # the plan's link id
+    vni: int
+    machine: str
+    node: str                  # the lab node on this side
+    dev: str                   # the link's interface name at `node`
+    local: str                 # this machine's underlay address
+    remote: str                # the other machine's
+    direction: str             # the link direction this side sends: "down" (parent side) or "up"
+
+
+def vni_of(lab: str, link: str, taken: set[int]) -> int:
+    """A 24-bit VXLAN id from the lab and the link (so two labs between the same machines differ), never 0 nor
+    one already `taken`."""
+    import hashlib
+
+    v = int.from_bytes(hashlib.sha256(f"{lab}/{link}".encode()).digest()[:3], "big")
+    while v == 0 or v in taken:
+        v = (v + 1) & 0xFFFFFF
+    taken.add(v)
+    return v
+
+
+def tunnels(plan: NetworkPlan, sharding: Sharding, underlay: dict[str, str], lab: str) -> list[Tunnel]:
+    """Both sides of every cut link (pure): the parent's side sends down, the child's up; one VNI per link."""
+    missing = sorted({m for c in sharding.cut for m in (c.parent_machine, c.child_machine)} - set(underlay))
+    if missing:
+        raise ValueError(f"no underlay address for machine(s) {missing}")
+    out: list[Tunnel] = []
+    taken: set[int] = set()
+    for c in sharding.cut:
+        link = plan.link_of(c.parent, c.child)
+        vni = vni_of(lab, link.id, taken)
+        a, b = underlay[c.parent_machine], underlay[c.child_machine]
+        out.append(Tunnel(link.id, vni, c.parent_machine, c.parent, link.parent_if, a, b, "down"))
+        out.append(Tunnel(link.id, vni, c.child_machine, c.child, link.child_if, b, a, "up"))
+    return out
+
+
+def tunnel_ip_lines(t: Tunnel, netns: str, mtu: int = 1500) -> list[str]:
+    """`ip -batch` lines for the machine's own namespace (pure): the device, then moved into the node's `netns`
+    (the node's own lines give it its /31 and bring it up, as a veth). `df unset`: an outer packet bigger than the
+    underlay's MTU is fragmented there rather than dropped, so the lab's links all keep `mtu`."""
+    return [f"link add {t.dev} type vxlan id {t.vni} local {t.local} remote {t.remote} dstport {VXLAN_PORT} "
+            f"nolearning df unset",
+            f"link set {t.dev} mtu {mtu}",
+            f"link set {t.dev} netns {netns}"]
+
+
+def shard_links(plan: NetworkPlan, sharding: Sharding, machine: str) -> list:
+    """The plan's links with both ends on `machine` (veths, as on one machine)."""
+    mine = {v for s in sharding.shards if s.machine == machine for v in s.nodes}
+    return [lk for lk in plan.links if lk.parent in mine and lk.child in mine]

@@ -117,3 +117,32 @@ def test_a_small_lab_uses_fewer_machines():
     assert len(shard_plan(plan, ["m1"]).shards) == 1 and shard_plan(plan, ["m1"]).cut == ()
     with pytest.raises(ValueError, match="twice"):
         shard_plan(plan, ["m1", "m1"])
+
+
+def test_cut_links_become_a_vxlan_pair_each():
+    from orchestrator.shard import VXLAN_PORT, shard_links, tunnel_ip_lines, tunnels, vni_of
+
+    plan = build_plan(experiment(40))
+    s = shard_plan(plan, ["m1", "m2", "m3"])
+    underlay = {"m1": "10.250.0.1", "m2": "10.250.0.2", "m3": "10.250.0.3"}
+    ts = tunnels(plan, s, underlay, "lab")
+    assert len(ts) == 2 * len(s.cut) == 4
+    for down, up in zip(ts[::2], ts[1::2]):
+        link = next(lk for lk in plan.links if lk.id == down.link)
+        assert (down.node, down.dev, down.direction) == (link.parent, link.parent_if, "down")
+        assert (up.node, up.dev, up.direction) == (link.child, link.child_if, "up")
+        assert down.vni == up.vni and (down.local, down.remote) == (up.remote, up.local)
+        assert down.local == underlay[s.machine_of(link.parent)] and up.local == underlay[s.machine_of(link.child)]
+    assert len({t.vni for t in ts}) == len(s.cut)
+    assert tunnel_ip_lines(ts[0], "lab-h0") == [
+        f"link add {ts[0].dev} type vxlan id {ts[0].vni} local {ts[0].local} remote {ts[0].remote} "
+        f"dstport {VXLAN_PORT} nolearning df unset", f"link set {ts[0].dev} mtu 1500",
+        f"link set {ts[0].dev} netns lab-h0"]
+    inner = [lk.id for m in underlay for lk in shard_links(plan, s, m)]
+    assert sorted(inner + [t.link for t in ts[::2]]) == sorted(lk.id for lk in plan.links)    # each link once
+    assert vni_of("lab", ts[0].link, set()) != vni_of("lab2", ts[0].link, set())        # labs apart
+    first = vni_of("lab", "x", set())
+    taken = {first}
+    assert vni_of("lab", "x", taken) == (first + 1) & 0xFFFFFF and taken == {first, (first + 1) & 0xFFFFFF}
+    with pytest.raises(ValueError, match="m3"):
+        tunnels(plan, s, {"m1": "10.250.0.1", "m2": "10.250.0.2"}, "lab")
