@@ -175,6 +175,18 @@ class SshHosts:
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
 
+    def inventory_file(self, path: Path, entries: list[dict] | None = None) -> Path:
+        """The same hosts as an Ansible INI inventory (group `testbed`, the defaults as group vars)."""
+        var = {"ssh": "ansible_host", "address": "testbed_address", "workdir": "testbed_workdir",
+               "key": "ansible_ssh_private_key_file", "user": "ansible_user"}
+        lines = ["[testbed]"]
+        for i, e in enumerate(entries or [{} for _ in range(self.count)], start=1):
+            h = {"ssh": self.addr(i), "address": self.addr(i), "workdir": self.workdir(i), **e}
+            lines.append(f"host{i} " + " ".join(f"{var[k]}={v}" for k, v in h.items()))
+        lines += ["", "[testbed:vars]", f"ansible_user={self.sudo_user}", f"ansible_ssh_private_key_file={self.key}"]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
     def processes_in(self, i: int) -> list[int]:
         r = sh(["ip", "netns", "pids", self.ns(i)], check=False)
         sshd_pids = set()

@@ -228,7 +228,7 @@ def test_bad_hosts_get_per_host_errors_and_the_rest_is_left_clean(hosts, tmp_pat
     known.write_text("".join(line for line in hosts.known_hosts.read_text().splitlines(keepends=True)
                              if not line.startswith(hosts.addr(4) + " ")))
     gone = f"10.250.{hosts.subnet}.99"
-    inv = hosts.hosts_file(tmp_path / "hosts.yml", [
+    inv = hosts.inventory_file(tmp_path / "inventory.ini", [      # an Ansible inventory (hosts.yml: end to end)
         {},                                                  # host1: good
         {"key": str(hosts.wrong_key)},                       # host2: key not authorised
         {"user": hosts.plain_user},                          # host3: no sudo
