@@ -64,6 +64,22 @@ def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | Non
             "strict": strict, "allow_unenforced_cpu": allow_unenforced_cpu}
 
 
+def _load_part(path: Path, backend: str, plan):
+    """`up --part`'s file, checked against the plan (bad input: exit 2)."""
+    from orchestrator.shard import Part
+
+    if backend != "mininet":
+        raise SpecError("--part needs the mininet backend (a machine builds its part in namespaces)")
+    try:
+        p = Part.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"{path}: not a part of a split lab: {exc}") from None
+    unknown = sorted(p.nodes - {n.name for n in plan.nodes})
+    if unknown:
+        raise SpecError(f"{path}: node(s) {unknown[:5]} are not in the experiment's plan")
+    return p
+
+
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
     global _debug
@@ -84,20 +100,28 @@ def up(
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
     allow_unenforced_cpu: bool = typer.Option(False, "--allow-unenforced-cpu", help=ALLOW_UNENFORCED_HELP),
+    part: Optional[Path] = typer.Option(None, "--part", hidden=True,
+                                        help="Internal: build only this machine's part of a lab split over "
+                                             "machines (JSON, orchestrator.shard.Part)."),
 ) -> None:
     """Build the experiment's network and leave it running."""
     backend, shaper = backend.value, check_shaper(shaper.value)
     prep = labmod.prepare(experiment, name, _parse_sets(set_), dilation=parse_dilation(dilation))
     dil = labmod.lab_dilation(prep)
+    options = _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
+                             allow_unenforced_cpu)
+    nodes, links = prep.plan.nodes, prep.plan.links
+    if part is not None:
+        the_part = _load_part(part, backend, prep.plan)
+        options = {"part": the_part}
+        nodes = [n for n in nodes if n.name in the_part.nodes]
+        links = [lk for lk in links if the_part.has_link(lk.parent, lk.child)]
     t0 = time.monotonic()
     with BarProgress(err) as progress:
-        state = labmod.up(prep, backend, shaper, strict_shaping, str(experiment), progress,
-                          _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
-                                         allow_unenforced_cpu),
-                          dilation=dil.n)
-    members = len(prep.plan.members)
-    err.print(f"lab [bold]{state.lab}[/] is up: {len(prep.plan.nodes)} nodes ({members} members), "
-              f"{len(prep.plan.links)} links, shaper {state.shaper}"
+        state = labmod.up(prep, backend, shaper, strict_shaping, str(experiment), progress, options, dilation=dil.n)
+    members = sum(1 for n in nodes if n.role == "member")
+    err.print(f"lab [bold]{state.lab}[/] is up: {len(nodes)} nodes ({members} members), "
+              f"{len(links)} links, shaper {state.shaper}"
               + (f", time dilation {dil.n:g}" if dil.n != 1 else "") + f", {time.monotonic() - t0:.1f} s")
     print(state.lab)
 

@@ -141,9 +141,9 @@ VXLAN_OVERHEAD = 50        # outer IPv4 + UDP + VXLAN + inner Ethernet headers
 
 @dataclass(frozen=True)
 class Tunnel:
-    """One side of a cut link: a VXLAN device made in `machine`'s own namespace (where its underlay address is)
-    and moved into `node`'s namespace under the link's interface name, so the node sees the link as it would a
-    veth. The kernel keeps a moved VXLAN device's underlay socket in the namespace it was made in."""
+    """One side of a cut link: a VXLAN device in `node`'s namespace under the link's interface name, so the node
+    sees the link as it would a veth, with its underlay socket in `machine`'s own namespace (where its underlay
+    address is): the kernel opens it in the namespace of the request that made the device."""
 
     link: str                  # the plan's link id
     vni: int
@@ -184,16 +184,41 @@ def tunnels(plan: NetworkPlan, sharding: Sharding, underlay: dict[str, str], lab
 
 
 def tunnel_ip_lines(t: Tunnel, netns: str, mtu: int = 1500) -> list[str]:
-    """`ip -batch` lines for the machine's own namespace (pure): the device, then moved into the node's `netns`
-    (the node's own lines give it its /31 and bring it up, as a veth). `df unset`: an outer packet bigger than the
-    underlay's MTU is fragmented there rather than dropped, so the lab's links all keep `mtu`."""
-    return [f"link add {t.dev} type vxlan id {t.vni} local {t.local} remote {t.remote} dstport {VXLAN_PORT} "
-            f"nolearning df unset",
-            f"link set {t.dev} mtu {mtu}",
-            f"link set {t.dev} netns {netns}"]
+    """The `ip -batch` line, run in the machine's own namespace (pure): the device is made straight into the
+    node's `netns` (the node's own lines give it its /31 and bring it up, as a veth), its underlay socket in the
+    namespace the line runs in; one line, so a failure leaves no half-made device behind. `df unset`: an outer
+    packet bigger than the underlay's MTU is fragmented there rather than dropped, so the lab's links all keep
+    `mtu`."""
+    return [f"link add {t.dev} netns {netns} mtu {mtu} type vxlan id {t.vni} local {t.local} remote {t.remote} "
+            f"dstport {VXLAN_PORT} nolearning df unset"]
 
 
-def shard_links(plan: NetworkPlan, sharding: Sharding, machine: str) -> list:
-    """The plan's links with both ends on `machine` (veths, as on one machine)."""
-    mine = {v for s in sharding.shards if s.machine == machine for v in s.nodes}
-    return [lk for lk in plan.links if lk.parent in mine and lk.child in mine]
+@dataclass(frozen=True)
+class Part:
+    """What one machine builds of the lab: its shard's nodes, the links inside it (veths, as on one machine) and
+    its side of each cut link (a tunnel). The netns backend builds a Part as it builds a whole plan."""
+
+    machine: str
+    nodes: frozenset[str]
+    tunnels: tuple[Tunnel, ...]
+
+    def has_link(self, parent: str, child: str) -> bool:
+        return parent in self.nodes and child in self.nodes
+
+    def to_json(self) -> dict:
+        return {"machine": self.machine, "nodes": sorted(self.nodes),
+                "tunnels": [t.__dict__ for t in self.tunnels]}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Part":
+        return cls(machine=doc["machine"], nodes=frozenset(doc["nodes"]),
+                   tunnels=tuple(Tunnel(**t) for t in doc["tunnels"]))
+
+
+def part_of(plan: NetworkPlan, sharding: Sharding, machine: str, underlay: dict[str, str], lab: str) -> Part:
+    """`machine`'s Part of the sharded plan (pure)."""
+    nodes = frozenset(v for s in sharding.shards if s.machine == machine for v in s.nodes)
+    if not nodes:
+        raise ValueError(f"machine {machine!r} has no shard")
+    return Part(machine=machine, nodes=nodes,
+                tunnels=tuple(t for t in tunnels(plan, sharding, underlay, lab) if t.machine == machine))

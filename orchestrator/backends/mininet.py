@@ -32,6 +32,7 @@ from orchestrator.mcast import realise as mcast
 from orchestrator.plan import Link, NetworkPlan
 from orchestrator.shaping import delayline, shapers
 from orchestrator.shaping.params import DirParams
+from orchestrator.shard import Part, tunnel_ip_lines
 from orchestrator.state import LabState
 
 BATCH = 250  # lines per root-namespace batch, so progress moves on large trees
@@ -85,10 +86,14 @@ def node_shaping(plan: NetworkPlan, node: str, shaper: str, dilation: float = 1.
     return [x for dev, d in egress for x in s.tc_lines(dev, d)], s.node_rules(egress)
 
 
-def delayline_queues(plan: NetworkPlan, lab: str, dilation: float = 1.0) -> list[delayline.QueueSpec]:
-    """One delay-line queue per shaped link direction, numbered per namespace as `node_shaping` numbers them."""
+def delayline_queues(plan: NetworkPlan, lab: str, dilation: float = 1.0,
+                     nodes: frozenset[str] | None = None) -> list[delayline.QueueSpec]:
+    """One delay-line queue per shaped link direction, numbered per namespace as `node_shaping` numbers them (of
+    `nodes` only: a machine's part of a lab split over machines)."""
     out = []
     for n in plan.nodes:
+        if nodes is not None and n.name not in nodes:
+            continue
         for queue_num, (_, params, link, direction) in enumerate(_egress(plan, n.name, dilation)):
             if not params.is_null():
                 out.append(delayline.QueueSpec(id=f"{link.id}/{direction}",
@@ -108,11 +113,20 @@ NODE_SYSCTLS = {
 class MininetBackend(Backend):
     driver_class = LocalDriver
     name = "mininet"
+    part: Part | None = None
+
+    def __init__(self, part: Part | None = None) -> None:
+        """`part`: build only this machine's part of a lab split over machines (orchestrator.shard): its nodes,
+        the links between them, and its side of each cut link as a VXLAN device; None: the whole plan."""
+        self.part = part
 
     # --- build ------------------------------------------------------------------------------------------------
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
-        lab, shaper = state.lab, state.shaper
-        names = [n.name for n in plan.nodes]
+        lab, shaper, part = state.lab, state.shaper, self.part
+        names = [n.name for n in plan.nodes if part is None or n.name in part.nodes]
+        links = [lk for lk in plan.links if part is None or part.has_link(lk.parent, lk.child)]
+        if part is not None and plan.groups:
+            raise BackendError("multicast groups are not built across machines yet")
         # Checked before the intent is recorded: a failed `up` must not delete namespaces that are not its own.
         clash = netns.existing([ns_name(lab, n) for n in names])
         if clash:
@@ -124,12 +138,16 @@ class MininetBackend(Backend):
 
         self._create_namespaces(plan, state, progress)
 
-        progress.start("links", len(plan.links))
-        for i in range(0, len(plan.links), BATCH):
-            chunk = plan.links[i:i + BATCH]
+        progress.start("links", len(links))
+        for i in range(0, len(links), BATCH):
+            chunk = links[i:i + BATCH]
             netns.ip_batch([f"link add {lk.child_if} netns {ns_name(lab, lk.child)} type veth "
                             f"peer name {lk.parent_if} netns {ns_name(lab, lk.parent)}" for lk in chunk])
             progress.advance("links", len(chunk))
+        if part is not None and part.tunnels:
+            # Made from this (the machine's) namespace, where the underlay is: the tunnel's socket stays here.
+            progress.note(f"{len(part.tunnels)} cut link(s) as VXLAN tunnels ...")
+            netns.ip_batch([x for t in part.tunnels for x in tunnel_ip_lines(t, ns_name(lab, t.node))])
 
         # sysctls: setns in this thread, sequentially (cheap, no process).
         for n in names:
@@ -161,7 +179,7 @@ class MininetBackend(Backend):
 
     def _create_namespaces(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
         """One named namespace `<lab>-<node>` per node (the Docker backend attaches containers' instead)."""
-        names = [n.name for n in plan.nodes]
+        names = [n.name for n in plan.nodes if self.part is None or n.name in self.part.nodes]
         progress.start("namespaces", len(names))
         for i in range(0, len(names), BATCH):
             chunk = names[i:i + BATCH]
@@ -293,7 +311,7 @@ class MininetBackend(Backend):
         state.delayline = {"pid": None, "control": f"{sockdir}/dl.sock", "config": str(config),
                            "log": str(state.dir / "delayline.log"), "sockdir": sockdir}
         state.save()
-        queues = delayline_queues(plan, state.lab, state.dilation)
+        queues = delayline_queues(plan, state.lab, state.dilation, self.part.nodes if self.part else None)
         config.write_text(json.dumps(delayline.render_config(queues, state.delayline["control"],
                                                              seed=plan.seed)))
         proc = delayline.start_delayline(config, rt_priority=50, log_path=state.delayline["log"],

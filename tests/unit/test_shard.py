@@ -120,7 +120,7 @@ def test_a_small_lab_uses_fewer_machines():
 
 
 def test_cut_links_become_a_vxlan_pair_each():
-    from orchestrator.shard import VXLAN_PORT, shard_links, tunnel_ip_lines, tunnels, vni_of
+    from orchestrator.shard import VXLAN_PORT, Part, part_of, tunnel_ip_lines, tunnels, vni_of
 
     plan = build_plan(experiment(40))
     s = shard_plan(plan, ["m1", "m2", "m3"])
@@ -135,11 +135,15 @@ def test_cut_links_become_a_vxlan_pair_each():
         assert down.local == underlay[s.machine_of(link.parent)] and up.local == underlay[s.machine_of(link.child)]
     assert len({t.vni for t in ts}) == len(s.cut)
     assert tunnel_ip_lines(ts[0], "lab-h0") == [
-        f"link add {ts[0].dev} type vxlan id {ts[0].vni} local {ts[0].local} remote {ts[0].remote} "
-        f"dstport {VXLAN_PORT} nolearning df unset", f"link set {ts[0].dev} mtu 1500",
-        f"link set {ts[0].dev} netns lab-h0"]
-    inner = [lk.id for m in underlay for lk in shard_links(plan, s, m)]
+        f"link add {ts[0].dev} netns lab-h0 mtu 1500 type vxlan id {ts[0].vni} local {ts[0].local} "
+        f"remote {ts[0].remote} dstport {VXLAN_PORT} nolearning df unset"]
+    parts = [part_of(plan, s, m, underlay, "lab") for m in underlay]
+    inner = [lk.id for p in parts for lk in plan.links if p.has_link(lk.parent, lk.child)]
     assert sorted(inner + [t.link for t in ts[::2]]) == sorted(lk.id for lk in plan.links)    # each link once
+    mine = [t for p in parts for t in p.tunnels]
+    assert len(mine) == len(ts) and set(mine) == set(ts)                             # each side on its machine
+    assert all(t.machine == p.machine for p in parts for t in p.tunnels)
+    assert Part.from_json(parts[1].to_json()) == parts[1]
     assert vni_of("lab", ts[0].link, set()) != vni_of("lab2", ts[0].link, set())        # labs apart
     first = vni_of("lab", "x", set())
     taken = {first}
