@@ -23,6 +23,7 @@ from orchestrator.backends import packing as packmod
 from orchestrator.backends.base import Backend, NodeDriver, NullProgress, Progress, RunContext
 from orchestrator.backends.registry import get_backend
 from orchestrator.errors import DelayLineDied, OrchestratorError, SpecError
+from orchestrator.mcast.tree import mfc_changes, narrowed
 from orchestrator.nodeconfig import node_configs
 from orchestrator import runschema as schema
 from orchestrator.plan import NetworkPlan, build_plan
@@ -104,6 +105,40 @@ assert set(DISPATCH) == set(OpKind)
 
 
 @dataclass
+class GroupMembers:
+    """The members the lab's multicast routing reaches, as the schedule changes them (docs/multicast.md, "Members
+    joining and leaving"): with a membership service (the timeline has its views) a member is routed to from the
+    view that adds it until the view that removes it, as the paper's GMS "updates the whole structure" (QSM
+    §2.1); without one, from its process's start (its sockets join the groups) until it leaves (a `leave`: the
+    departure is told). A crashed member's branch stays, as a querier keeps a silent member's until its report
+    times out (minutes: longer than a run). Pure."""
+
+    plan: NetworkPlan
+    first: frozenset[str]           # the members started at the beginning
+    gms: bool
+    present: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        self.present = self.first
+
+    def after(self, op: Op) -> frozenset[str]:
+        if self.gms:
+            if op.kind != OpKind.GMS_VIEW:
+                return self.present
+            names = [m.name for m in self.plan.members]
+            now = set(self.first)
+            for kind, ids in op.params[0]:         # every change so far, in order
+                for i in ids:
+                    (now.add if kind == "add" else now.discard)(names[i])
+            return frozenset(now)
+        if op.kind == OpKind.START:
+            return self.present | set(op.targets)
+        if op.kind == OpKind.CRASH and op.params == "leave":
+            return self.present - set(op.targets)
+        return self.present
+
+
+@dataclass
 class Runner:
     timeline: Timeline
     driver: NodeDriver
@@ -114,6 +149,7 @@ class Runner:
     applied: list[dict] = field(default_factory=list)
     stopped_reason: str = "completed"
     dilation: float = 1.0           # real seconds per virtual second: the schedule's times are virtual
+    _groups: GroupMembers | None = field(default=None, init=False, repr=False)
 
     def apply(self, op: Op) -> dict:
         if op.kind not in self.driver.OPS:      # validation refused this before anything was built
@@ -122,7 +158,34 @@ class Runner:
 
     def execute(self, t0: float, duration_s: float) -> None:
         """Apply the schedule from `t0` (a reading of `clock`, real) for `duration_s` virtual seconds. Every time
-        the runner records is virtual (seconds since t0); it sleeps the real equivalent (x dilation)."""
+        the runner records is virtual (seconds since t0); it sleeps the real equivalent (x dilation). A lab with
+        multicast groups has its routes follow the members (`GroupMembers`) and gets the plan's back at the end."""
+        plan = getattr(getattr(self.driver, "ctx", None), "plan", None)
+        if plan is None or not plan.groups:
+            return self._execute(t0, duration_s)
+        everyone = frozenset(m.name for m in plan.members)
+        self._groups = GroupMembers(plan, frozenset(self.driver.ctx.first),
+                                    any(op.kind == OpKind.GMS_VIEW for op in self.timeline.ops))
+        self._groups.present = everyone
+        try:
+            counts = self._route(self._groups.first)
+            if counts:
+                self.run.record({"event": "multicast_routes", "actual_s": 0.0, "members": len(self._groups.first),
+                                 **counts})
+            self._execute(t0, duration_s)
+        finally:
+            self._route(everyone)
+
+    def _route(self, members: frozenset[str]) -> dict | None:
+        """The routes for `members` instead of the ones there are now (nothing when they are the same)."""
+        g = self._groups
+        if members == g.present:
+            return None
+        changes = mfc_changes(g.plan, narrowed(g.plan, set(g.present)), narrowed(g.plan, set(members)))
+        g.present = members
+        return self.driver.multicast_routes(changes) if changes else None
+
+    def _execute(self, t0: float, duration_s: float) -> None:
         ops = list(self.timeline.ops)
         n = self.dilation
         self.progress.start("experiment (s)", int(duration_s))
@@ -133,13 +196,23 @@ class Runner:
             while ops and ops[0].t <= now:
                 op = ops.pop(0)
                 before = (self.clock() - t0) / n
+                routes: list[dict | None] = []
+                if self._groups is not None:
+                    # graft before the op (a joiner's copies must reach it from its view on), prune after it
+                    target = self._groups.after(op)
+                    routes.append(self._route(self._groups.present | target))
                 replies = self.apply(op)
+                if self._groups is not None:
+                    routes.append(self._route(target))
                 entry = {"event": "action_applied", "index": op.index,
                          "action": self.timeline.actions[op.index].action, "op": op.kind.value,
                          "planned_s": op.t, "actual_s": before, "lag_ms": (before - op.t) * 1000,
                          "targets": list(op.targets), "links": [f"{a}/{b}" for a, b in op.links]}
                 if op.kind == OpKind.CRASH:
                     entry["mode"] = op.params or "kill"
+                if any(routes):
+                    entry["multicast_routes"] = {k: sum(r[k] for r in routes if r) for k in ("nodes", "set",
+                                                                                               "deleted")}
                 if replies:                     # a driver that acts over the network: its round trips
                     entry["rtt_ms"] = {m: r.get("rtt_s", 0) * 1000 for m, r in replies.items()}
                     entry["pids"] = {m: r.get("pid") for m, r in replies.items()}

@@ -193,6 +193,10 @@ class NodeDriver(ABC):
         """Send a control request to every running member but `skip` (a membership service's view); returns the
         members that did not take it, {name: {"ok": False, "error": ...}} (one paused, or ended meanwhile)."""
 
+    def multicast_routes(self, changes: dict[str, dict]) -> dict:
+        """The multicast routes that change as members join and leave (orchestrator.mcast.tree.mfc_changes)."""
+        return self.backend.multicast_routes(self.ctx.state, changes)
+
     def set_link(self, link_id: str, direction: str, params: DirParams | None) -> dict[str, dict]:
         self.backend.set_link(self.ctx.state, self.ctx.plan, link_id, direction, params)
         return {}
@@ -255,6 +259,11 @@ class Backend(ABC):
     def shaper_stats(self, state: LabState) -> dict | None:
         """The shaper's own per-link-direction counters, when it keeps any (the delay line does)."""
         return None
+
+    def multicast_routes(self, state: LabState, changes: dict[str, dict]) -> dict:
+        """Change the lab's multicast routes at run time (only backends that route groups: `up` refuses groups
+        on the others)."""
+        raise BackendError(f"the {self.name} backend does not route multicast groups")
 
     # --- labs whose state is gone (containerlab's `destroy --all`) -------------------------------------------
     def orphan_labs(self, known: set[str], progress: Progress) -> list[str]:

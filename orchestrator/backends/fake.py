@@ -103,5 +103,10 @@ class FakeBackend(Backend):
         self.calls.append(("isolate", tuple(names), on))
         return {}
 
+    def multicast_routes(self, state: LabState, changes: dict[str, dict]) -> dict:
+        self.calls.append(("multicast_routes", changes))
+        return {"nodes": len(changes), "set": sum(len(c["set"]) for c in changes.values()),
+                "deleted": sum(len(c["delete"]) for c in changes.values())}
+
     def health(self, state: LabState) -> list[str]:
         return []

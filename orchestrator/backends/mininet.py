@@ -294,6 +294,9 @@ class MininetBackend(Backend):
                                 f"(log: {(state.delayline or {}).get('log')})")
         self._client(state).ping()     # raises DelayLineDied when the kernel dropped queued packets
 
+    def multicast_routes(self, state: LabState, changes: dict[str, dict]) -> dict:
+        return mcast.change_routes(state, changes)
+
     def shaper_stats(self, state: LabState) -> dict | None:
         s = shapers.get(state.shaper)
         return s.counters(self._client(state)) if s.userspace else None

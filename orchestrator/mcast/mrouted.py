@@ -18,6 +18,9 @@ Config (JSON, written by the orchestrator):
 Control channel: one JSON request per line on a unix stream socket, one JSON answer per line:
     {"op": "ping"}  -> {"ok": true, "pid", "namespaces", "vifs", "mfc"}   (what was installed)
     {"op": "stats"} -> {"ok": true, "nodes": {node: {"mfc": resolved entries, "packets", "wrong_if"}}, "upcalls"}
+    {"op": "mfc", "nodes": {node: {"set": [route...], "delete": [{"group", "origin"}...]}}}
+                    -> {"ok": true, "set": n, "deleted": n}   (the routes change while members join and leave:
+                       orchestrator.mcast.tree.mfc_changes; the vifs stay as installed)
     {"op": "shutdown"}
 
 There is no library for the kernel's MRT_* socket options (pyroute2 speaks netlink, and the MFC is only writable
@@ -89,6 +92,7 @@ class Router:
         self.mfc_count = len(self.mfc)
         self.sock: socket.socket | None = None
         self.upcalls = 0
+        self.index: dict[str, int] = {}
 
     def install(self) -> None:
         """setns into the namespace, open the socket there, register vifs and routes, come back."""
@@ -102,12 +106,28 @@ class Router:
                 for vifi, ifname in enumerate(self.vifs):
                     s.setsockopt(socket.IPPROTO_IP, MRT_ADD_VIF, vifctl(vifi, socket.if_nametoindex(ifname)))
                     index[ifname] = vifi
+                self.index = index
                 for e in self.mfc:
                     s.setsockopt(socket.IPPROTO_IP, MRT_ADD_MFC,
                                  mfcctl(e["origin"], e["group"], index[e["iif"]], [index[i] for i in e["oifs"]]))
                 s.setblocking(False)
             except OSError as exc:
                 raise OSError(exc.errno, f"{self.node}: {exc.strerror}") from None
+
+    def change(self, routes: list[dict], delete: list[dict]) -> tuple[int, int]:
+        """Delete routes (one that is not there is no error), then add or update `routes` (MRT_ADD_MFC replaces
+        the route of the same origin and group). The socket is this namespace's: no setns needed."""
+        deleted = 0
+        for d in delete:
+            try:
+                self.sock.setsockopt(socket.IPPROTO_IP, MRT_DEL_MFC, mfcctl(d["origin"], d["group"], 0, []))
+                deleted += 1
+            except FileNotFoundError:
+                pass
+        for e in routes:
+            self.sock.setsockopt(socket.IPPROTO_IP, MRT_ADD_MFC, mfcctl(
+                e["origin"], e["group"], self.index[e["iif"]], [self.index[i] for i in e["oifs"]]))
+        return len(routes), deleted
 
     def drain(self) -> None:
         while True:
@@ -205,12 +225,21 @@ def serve(config: dict) -> int:
             if op == "stats":
                 return {"ok": True, "nodes": {r.node: r.cache() for r in routers},
                         "upcalls": sum(r.upcalls for r in routers), **installed}
+            if op == "mfc":
+                by_node = {r.node: r for r in routers}
+                unknown = sorted(set(req["nodes"]) - set(by_node))
+                if unknown:
+                    return {"ok": False, "error": f"no routes of node(s) {unknown[:5]} here"}
+                done = [by_node[n].change(c.get("set", []), c.get("delete", [])) for n, c in req["nodes"].items()]
+                counts = {"nodes": len(done), "set": sum(a for a, _ in done), "deleted": sum(b for _, b in done)}
+                _log(f"routes changed: {counts}")
+                return {"ok": True, **counts}
             if op == "shutdown":
                 stop.append(0)
                 return {"ok": True}
             return {"ok": False, "error": f"unknown op {op!r}"}
-        except (ValueError, OSError, AttributeError) as exc:
-            return {"ok": False, "error": str(exc)}
+        except (ValueError, OSError, AttributeError, KeyError, TypeError) as exc:
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
     while not stop:
         for fd, ev in ep.poll(1.0):

@@ -133,6 +133,17 @@ def stats(state: LabState) -> dict | None:
     return mrouted.call(state.mroute["control"], {"op": "stats"})
 
 
+def change_routes(state: LabState, changes: dict[str, dict]) -> dict:
+    """Hand the daemon the routes that change as members join and leave (`tree.mfc_changes`); BackendError when
+    it is gone, OrchestratorError when it refuses them."""
+    if not changes:
+        return {"nodes": 0}
+    if not state.mroute or not is_running(state):
+        raise BackendError("the multicast routing daemon is not running: the routes cannot follow the members")
+    r = mrouted.call(state.mroute["control"], {"op": "mfc", "nodes": changes})    # raises when refused
+    return {k: r[k] for k in ("nodes", "set", "deleted")}
+
+
 def status(state: LabState, plan: NetworkPlan) -> dict | None:
     """`orchestrator status --json`'s `multicast`: the daemon and, per group, its tree and the kernel routes the
     tree's namespaces hold against the plan's. None for labs without groups."""

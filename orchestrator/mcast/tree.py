@@ -22,7 +22,7 @@ queued a second time too).
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import PlanError
@@ -220,7 +220,7 @@ class MfcEntry:
 ANY = "0.0.0.0"
 
 
-def mfc_entries(plan: "NetworkPlan", node: str) -> list[MfcEntry]:
+def mfc_entries(plan: "NetworkPlan", node: str, groups: list[Group] | None = None) -> list[MfcEntry]:
     """The kernel routes `node` needs (a shared, bidirectional tree per group; docs/multicast.md):
 
     - per group whose tree holds the node: (*,G) with incoming interface P, outgoing = the node's tree links of
@@ -232,8 +232,10 @@ def mfc_entries(plan: "NetworkPlan", node: str) -> list[MfcEntry]:
       link an accepted incoming interface of the (*,G) entries (never mc0: a copy looped back from mc0 must not
       be forwarded again).
 
-    P is the node's first tree link. O(groups) routes per node, whatever the number of senders."""
-    groups = [g for g in plan.groups if node in g.nodes]
+    P is the node's first tree link. O(groups) routes per node, whatever the number of senders. `groups`: the
+    plan's groups narrowed to the members present (`narrowed`); the vifs, P and the (*,*) entry stay the plan's,
+    as the daemon registered them at `up`."""
+    groups = [g for g in (plan.groups if groups is None else groups) if node in g.nodes]
     links = [i for i in vifs(plan, node) if i != SEND_IF]
     if not links:
         return []
@@ -248,6 +250,47 @@ def mfc_entries(plan: "NetworkPlan", node: str) -> list[MfcEntry]:
             out.append(MfcEntry(group=g.address, origin=plan.node(node).address, iif=SEND_IF, oifs=tuple(ifs)))
         out.append(MfcEntry(group=g.address, origin=ANY, iif=parent, oifs=tuple(ifs + ([SEND_IF] if local else []))))
     out.append(MfcEntry(group=ANY, origin=ANY, iif=parent, oifs=tuple(links)))
+    return out
+
+
+def narrowed(plan: "NetworkPlan", present: set[str]) -> list[Group]:
+    """The plan's groups with only the `present` members and senders, each tree the smallest spanning them (the
+    multicast routing of the members in the groups now: a member that left or was removed by a view, or has not
+    joined yet, gets no copies; its branch is pruned). Address, port and TTL stay the plan's."""
+    out = []
+    for g in plan.groups:
+        members = tuple(m for m in g.members if m in present)
+        senders = tuple(x for x in g.senders if x in present)
+        ends = sorted({*members, *senders}, key=lambda x: plan.node(x).index)
+        links = tuple(steiner_links(plan, ends)) if ends else ()
+        on = set(ends)
+        for lid in links:
+            lk = _link(plan, lid)
+            on |= {lk.parent, lk.child}
+        out.append(replace(g, members=members, senders=senders, links=links,
+                           nodes=tuple(sorted(on, key=lambda x: plan.node(x).index))))
+    return out
+
+
+def mfc_changes(plan: "NetworkPlan", before: list[Group], after: list[Group]) -> dict[str, dict]:
+    """What changes in each node's routes from groups `before` to `after` (both narrowings of the plan's): per
+    node whose routes differ, `set` (every route it has after, to add or update) and `delete` ((group, origin) of
+    every route of the plan's it must not have: deleting one that is not there is no error), so the change
+    holds whatever the daemon had before. Pure."""
+    out = {}
+    for n in plan.nodes:
+        if not vifs(plan, n.name):
+            continue
+        old, new = mfc_entries(plan, n.name, before), mfc_entries(plan, n.name, after)
+        if old == new:
+            continue
+        keep = {(e.group, e.origin) for e in new}
+        every = {(e.group, e.origin) for e in mfc_entries(plan, n.name)}
+        for g in plan.groups:          # a sender's (self, G) whichever narrowing had it
+            if n.name in g.senders:
+                every.add((g.address, plan.node(n.name).address))
+        out[n.name] = {"set": [e.to_json() for e in new],
+                       "delete": [{"group": g, "origin": o} for g, o in sorted(every - keep)]}
     return out
 
 

@@ -166,10 +166,22 @@ def test_qsm_members_join_mid_stream(tmp_path):
     assert min(ts for (g, ts, n) in sent.values() if n == "h20") >= since["h20"]
     assert all(sum(1 for (n, _, _) in got if n == j) > 10 for j in ("h5", "h12"))
     retired = Counter(e["region_index"] for e in log if e["event"] == "view_retired")
+    # The multicast routes follow the GMS (docs/multicast.md): a joiner's branch gets no copies until the view
+    # that adds it (the routes grafted just before it is announced): of the second it waited (its region's copies
+    # at 20-60/s), a joiner got at most the few sent between the graft and its install of the view
+    stopped = {e["node"]: e for e in log if e["event"] == "node_stopped"}
+    early = {j: stopped[j]["protocol"]["counters"].get("before_join", 0) for j in joiners}
+    assert all(x <= 3 for x in early.values()), early
+    (start,) = [e for e in log if e["event"] == "multicast_routes"]
+    assert start["members"] == 21 and start["nodes"] >= 3
+    grafted = next(e for e in log if e["event"] == "action_applied" and e["op"] == "gms_view")["multicast_routes"]
+    assert grafted["nodes"] >= 3, grafted
     print(f"\nQSM joins: {len(sent)} packets ({sum(1 for v in sent.values() if v[2] == 'h20')} from h20 after it "
           f"joined); {len(views)} members installed the view within "
           f"{(max(since.values()) - min(since.values())) * 1e3:.0f} ms; joiners delivered "
-          f"{ {j: sum(1 for (n, _, _) in got if n == j) for j in sorted(joiners)} }; old views retired {dict(retired)}")
+          f"{ {j: sum(1 for (n, _, _) in got if n == j) for j in sorted(joiners)} }; old views retired "
+          f"{dict(retired)}; messages before joining {early}; routes changed at {start['nodes']} nodes at the start, "
+          f"{grafted['nodes']} at the view")
 
 
 @pytest.mark.root
@@ -186,5 +198,9 @@ def test_qsm_member_leaves_mid_stream(tmp_path):
     views = {e["node"]: e for e in log if e["event"] == "gms_view"}
     assert set(views) == set(ids) - {"h9"} and all(v["removed"] == [9] for v in views.values())
     t_view = min(e["ts"] for e in views.values())
+    # the leaver's branch pruned from the regions' routes after the view (docs/multicast.md)
+    pruned = next(e for e in log if e["event"] == "action_applied" and e["op"] == "gms_view")["multicast_routes"]
+    assert pruned["nodes"] >= 1, pruned
     print(f"\nQSM leave: {len(sent)} packets; {len(views)} members installed the view within "
-          f"{(max(e['ts'] for e in views.values()) - t_view) * 1e3:.0f} ms of each other")
+          f"{(max(e['ts'] for e in views.values()) - t_view) * 1e3:.0f} ms of each other; routes changed at "
+          f"{pruned['nodes']} nodes ({pruned['deleted']} deleted)")

@@ -40,7 +40,7 @@ def reference_tree(plan: NetworkPlan, members: list[str]) -> nx.Graph:
     return t
 
 
-def simulate(plan: NetworkPlan, group, sender: str) -> tuple[dict[str, int], dict[str, int]]:
+def simulate(plan: NetworkPlan, group, sender: str, groups=None) -> tuple[dict[str, int], dict[str, int]]:
     """One packet from `sender`, forwarded as ipmr (net/ipv4/ipmr.c: ip_mr_input, ip_mr_forward) does with the
     plan's routes. The packet enters the sender's ipmr as the copy looped back on mc0 (an output route) with the
     group's TTL. Lookup: the exact (S,G); else a (*,G) listing the incoming interface as outgoing or whose
@@ -49,9 +49,10 @@ def simulate(plan: NetworkPlan, group, sender: str) -> tuple[dict[str, int], dic
     Forwarding: to every outgoing interface (a (*,G): but the incoming one) when TTL > 1, decrementing it; a
     (*,*) entry only forwards towards its parent. A copy forwarded onto mc0 is looped back (an output route)
     into ipmr again and delivered locally, since the node joined on mc0; it must not be forwarded further.
-    Returns (copies per link direction, deliveries per node)."""
+    Returns (copies per link direction, deliveries per node). `groups`: the routes of these groups (the plan's
+    narrowed to the members present) instead of the plan's."""
     any_ = "0.0.0.0"
-    routes = {n.name: mfc_entries(plan, n.name) for n in plan.nodes}
+    routes = {n.name: mfc_entries(plan, n.name, groups) for n in plan.nodes}
     ifs = {}
     for lk in plan.links:
         ifs[(lk.parent, lk.parent_if)] = (lk.child, lk.child_if, f"{lk.id}/down")
