@@ -57,9 +57,9 @@ def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | Non
                             "--backend hosts")
         return None
     if inventory is not None:              # the hosts file is input too: all of it checked before anything is built
-        from orchestrator.hosts.hostsfile import load_hosts
+        from orchestrator.hosts.inventory import load
 
-        load_hosts(inventory)
+        load(inventory)
     return {"inventory": inventory, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
             "strict": strict, "allow_unenforced_cpu": allow_unenforced_cpu}
 

@@ -19,7 +19,8 @@ from orchestrator.errors import SpecError
 from orchestrator.hosts import deploy, render
 from orchestrator.hosts.ansible import HostsError
 from orchestrator.hosts.driver import HostsDriver
-from orchestrator.hosts.hostsfile import Host, assign_members, load_hosts
+from orchestrator.hosts.hostsfile import Host, assign_members
+from orchestrator.hosts.inventory import load as load_hosts
 from orchestrator.plan import NetworkPlan
 from orchestrator.source import FieldError
 from orchestrator.state import LabState

@@ -220,14 +220,9 @@ def is_hosts_file(text: str) -> bool:
 
 
 def load_hosts(path: str | Path) -> list[Host]:
-    """A hosts file, or an Ansible inventory (INI or YAML; orchestrator.hosts.inventory)."""
+    """A hosts file (`orchestrator.hosts.inventory.load` also takes an Ansible inventory)."""
     path = Path(path)
-    text = read_input(path, "hosts")
-    if not is_hosts_file(text):
-        from orchestrator.hosts.inventory import load_inventory
-
-        return load_inventory(path)
-    return parse_hosts(text, str(path), path.resolve().parent)
+    return parse_hosts(read_input(path, "hosts"), str(path), path.resolve().parent)
 
 
 def assign_members(hosts: list[Host], members: list[str]) -> list[Host]:

@@ -37,7 +37,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
-from orchestrator.hosts.hostsfile import Host, HostEntry, HostsFile, resolve_hosts
+from orchestrator.hosts.hostsfile import Host, HostEntry, HostsFile, is_hosts_file, load_hosts, resolve_hosts
+from orchestrator.source import read_input
 
 GROUP = "testbed"
 VARS = {"ansible_host": "ssh", "ansible_port": "port", "ansible_user": "user",
@@ -153,3 +154,8 @@ def ansible_inventory_list(path: Path) -> dict:
 def load_inventory(path: str | Path) -> list[Host]:
     path = Path(path)
     return hosts_from_inventory(ansible_inventory_list(path), str(path), Path.cwd(), getpass.getuser())
+
+
+def load(path: str | Path) -> list[Host]:
+    """`--inventory`: a hosts file (orchestrator.hosts.hostsfile) or an Ansible inventory (INI or YAML)."""
+    return load_hosts(path) if is_hosts_file(read_input(Path(path), "hosts")) else load_inventory(path)

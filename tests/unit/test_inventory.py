@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.hosts.hostsfile import is_hosts_file, load_hosts
+from orchestrator.hosts.hostsfile import is_hosts_file
 from orchestrator.hosts.inventory import host_entries, hosts_from_inventory
+from orchestrator.hosts.inventory import load as load_hosts
 
 
 @pytest.fixture
