@@ -372,7 +372,7 @@ def plan_run(experiment_path: str | Path, opts: RunOptions, variables: dict | No
     timeline = expand(parse_schedule(exp.schedule), plan, exp.duration_s, exp.seed)
     detect = exp.protocol.gms_detect_s() if exp.protocol is not None else None
     if detect is not None:      # the orchestrator is the protocol's membership service: views follow the crashes
-        timeline = with_gms(timeline, plan, detect, exp.duration_s)
+        timeline = with_gms(timeline, plan, detect, exp.duration_s, exp.protocol.gms_batch_s())
     dcls = backend.driver_class
     try:
         check_leaves(timeline, detect is not None, exp.protocol.name if exp.protocol is not None else None)

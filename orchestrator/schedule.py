@@ -419,7 +419,8 @@ def most_down(timeline: Timeline) -> int:
     return most
 
 
-def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s: float) -> Timeline:
+def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s: float,
+             batch_s: float = 0.0) -> Timeline:
     """The timeline with the views of a group membership service the orchestrator plays (a protocol adapter's
     `gms_detect_s`: QSM's GMS, §2.1 of its paper, "listens to ... messages from a failure detector"): each crash
     is followed, `detect_s` later (the failure detector's delay), by a GMS_VIEW op without the members it
@@ -429,7 +430,10 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
     yet), whom the view is not sent to. A member paused when a view came gets it again as it resumes (a GMS_VIEW
     op at its CONT_SIGNAL, from the pause's entry, targets the resumed members; the others ignore a view they
     have). A view due after the run's end is not announced; a crash of a member that a view already removed
-    (crashed before, restarted since) removes nobody new; a restart is not a join (the member stays out)."""
+    (crashed before, restarted since) removes nobody new; a restart is not a join (the member stays out).
+    `batch_s` > 0: the GMS "groups requests in batches and performs changes at a predefined maximum rate" (QSM
+    §2.1): views come at least `batch_s` apart, a change due before the next view's announcement joins it, and
+    changes of one kind in a row in a batch make one view (two crashes, one view without both)."""
     ids = {m.name: i for i, m in enumerate(plan.members)}
     removed: set[int] = set()
     started: set[str] = set()
@@ -453,9 +457,22 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
     # change announced so far
     changes: list[tuple[str, tuple[int, ...]]] = []
     due: list[tuple[float, int, tuple[str, ...], tuple[tuple[str, tuple[int, ...]], ...]]] = []
+    batch_from = 0                      # the index in `changes` of the current batch's first view
     for t, _, index, targets, kind, ids_ in sorted(pending):
+        if batch_s > 0 and due and t <= due[-1][0]:         # due before the batch goes out: it joins the batch
+            at, first, joined, _ = due.pop()
+            if len(changes) > batch_from and changes[-1][0] == kind:
+                changes[-1] = (kind, tuple(sorted({*changes[-1][1], *ids_})))
+            else:
+                changes.append((kind, ids_))
+            due.append((at, first, tuple(sorted({*joined, *targets})), tuple(changes)))
+            continue
+        if batch_s > 0 and due:
+            t = max(t, due[-1][0] + batch_s)                 # at most one view per batch_s
+        batch_from = len(changes)
         changes.append((kind, ids_))
         due.append((t, index, targets, tuple(changes)))
+    due = [d for d in due if d[0] <= duration_s]            # a batch pushed past the run's end is not announced
     # one walk in time order over the schedule's ops and the views (an op before a view at the same time)
     marks = sorted([(op.t, 0, k) for k, op in enumerate(timeline.ops)] + [(v[0], 1, k) for k, v in enumerate(due)])
     down: set[str] = set(timeline.joiners)

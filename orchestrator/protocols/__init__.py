@@ -77,6 +77,8 @@ class Adapter:
     # (defaults included), how long after a crash the view without the crashed members is announced (the failure
     # detector's delay; schedule.with_gms), or None for no GMS
     gms_detect_s: Callable[[dict[str, Any]], float | None] = lambda params: None
+    # and how far apart its views come at least (it batches the changes due meanwhile; schedule.with_gms)
+    gms_batch_s: Callable[[dict[str, Any]], float] = lambda params: 0.0
 
 
 def _adapters() -> dict[str, Adapter]:
@@ -205,6 +207,10 @@ def _section_model() -> type[BaseModel]:
         def gms_detect_s(self) -> float | None:
             """The adapter's `gms_detect_s` from every node parameter (defaults included)."""
             return ADAPTERS.get(self.name, Adapter()).gms_detect_s(self._all_fields())
+
+        def gms_batch_s(self) -> float:
+            """The adapter's `gms_batch_s` from every node parameter (defaults included)."""
+            return ADAPTERS.get(self.name, Adapter()).gms_batch_s(self._all_fields())
 
         def node_params(self, ctx: Context) -> dict[str, Any]:
             """The node config's `protocol` section: {name, ...node fields}."""

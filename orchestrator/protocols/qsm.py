@@ -68,6 +68,13 @@ def _gms_detect_s(params: dict[str, Any]) -> float:
     return QsmParams.model_validate({"name": "qsm", **params}).failure_detection_s
 
 
+def _gms_batch_s(params: dict[str, Any]) -> float:
+    """QSM's GMS batches the changes: a view at most every `view_batch_s` (0: none)."""
+    from gossipnode.protocols.qsm.params import QsmParams
+
+    return QsmParams.model_validate({"name": "qsm", **params}).view_batch_s
+
+
 def _qsm_groups(params: dict[str, Any], ctx: GroupContext) -> list[dict[str, Any]]:
     """transport mcast: one IP multicast group per region, named as the node looks it up (the region's name), its
     members the region's and its senders those who multicast into one of the region's groups (all its members when
@@ -93,4 +100,4 @@ def _qsm_groups(params: dict[str, Any], ctx: GroupContext) -> list[dict[str, Any
 
 
 ADAPTER = Adapter(membership_warnings=_qsm_membership_warnings, to_node=_qsm_to_node, multicast_groups=_qsm_groups,
-                  gms_detect_s=_gms_detect_s)
+                  gms_detect_s=_gms_detect_s, gms_batch_s=_gms_batch_s)

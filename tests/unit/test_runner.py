@@ -322,3 +322,23 @@ def test_a_leave_is_announced_at_once_or_refused_without_a_membership_service(tm
                if json.loads(x)["event"] == "action_applied"]
     assert [(a["op"], a["planned_s"], a["targets"], a.get("mode")) for a in applied] == [
         ("crash", 0.5, ["h3"], "leave"), ("gms_view", 0.5, ["h3"], None)]
+
+
+def test_qsm_view_batch_makes_one_view_of_the_crashes_due_in_a_batch(tmp_path, monkeypatch):
+    # `view_batch: 1s` (QSM §2.1: the GMS "groups requests in batches"): crashes at 0.5 and 0.7 s (due at 0.8 and
+    # 1.0 s with failure_detection 0.3 s): the first view at 0.8 s, the second batch at 1.8 s with the other crash
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake"}))
+    text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
+            "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
+            "failure_detection: 0.3s, view_batch: 1s}}\n"
+            "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 3s\nseed: 4\n"
+            "schedule:\n  - {at: 0.5s, action: crash, nodes: [h3]}\n  - {at: 0.7s, action: crash, nodes: [h4]}\n"
+            "  - {at: 0.75s, action: crash, nodes: [h5]}\n")
+    run_dir = run(_write(tmp_path, text), RunOptions(backend="fake", out=tmp_path / "runs"))
+    applied = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()
+               if json.loads(x)["event"] == "action_applied" and json.loads(x)["op"] == "gms_view"]
+    assert [(round(a["planned_s"], 3), a["targets"]) for a in applied] == [(0.8, ["h3"]), (1.8, ["h4", "h5"])]
+    assert len([c for c in calls if c[0] == "control_members"]) == 2      # two views, not three

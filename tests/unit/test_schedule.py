@@ -94,6 +94,34 @@ def test_a_membership_service_announces_a_view_after_each_crash():
     assert with_gms(timeline([]), PLAN, 1.0, 60.0).ops == []
 
 
+def test_a_batching_membership_service_announces_views_at_most_once_per_batch():
+    # QSM §2.1: the GMS "groups requests in batches and performs changes at a predefined maximum rate". Detection
+    # 1 s, batches 2 s apart: crashes at 10 and 10.5 s are due at 11 and 11.5; the first view goes out at 11 and
+    # the second waits for 13; a crash at 12.8 (due 13.8 > 13) makes the next batch at 15, where the leave at 14
+    # (told at once: due 14) joins it. Changes of one kind in a row in a batch make one view.
+    a, b, c, d = MEMBERS[2], MEMBERS[5], MEMBERS[7], MEMBERS[9]
+    base = timeline([{"at": 10, "action": "crash", "nodes": [a]},
+                     {"at": 10.5, "action": "crash", "nodes": [b]},
+                     {"at": 12.8, "action": "crash", "nodes": [c]},
+                     {"at": 14, "action": "leave", "nodes": [d]},
+                     {"at": 59.5, "action": "crash", "nodes": [MEMBERS[11]]}])
+    tl = with_gms(base, PLAN, 1.0, 60.0, batch_s=2.0)
+    views = [o for o in tl.ops if o.kind == OpKind.GMS_VIEW]
+    assert [(o.t, o.targets) for o in views] == [(11.0, (a,)), (13.0, (b,)), (15.0, tuple(sorted((c, d))))]
+    assert [o.params[0] for o in views] == [
+        (("remove", (2,)),), (("remove", (2,)), ("remove", (5,))),
+        (("remove", (2,)), ("remove", (5,)), ("remove", (7, 9)))]           # c and d: one view
+    # without batching, the same schedule: one view per change, when each is due
+    plain = [o for o in with_gms(base, PLAN, 1.0, 60.0).ops if o.kind == OpKind.GMS_VIEW]
+    assert [o.t for o in plain] == [11.0, 11.5, 13.8, 14.0]
+    # a join and a crash in one batch: two views, announced together
+    tl = with_gms(timeline([{"at": 1, "action": "join", "nodes": [a]}, {"at": 1.2, "action": "crash", "nodes": [b]},
+                            {"at": 1.3, "action": "crash", "nodes": [c]}]), PLAN, 0.5, 60.0, batch_s=1.0)
+    views = [o for o in tl.ops if o.kind == OpKind.GMS_VIEW]
+    assert [(o.t, o.params[0]) for o in views] == [(1.5, (("add", (2,)),)),
+                                                   (2.5, (("add", (2,)), ("remove", (5, 7))))]
+
+
 def test_a_member_paused_when_a_view_came_gets_it_again_as_it_resumes():
     a, b, c = MEMBERS[2], MEMBERS[5], MEMBERS[7]
     tl = with_gms(timeline([{"at": 10, "action": "pause", "nodes": [a, b], "duration": "3s"},

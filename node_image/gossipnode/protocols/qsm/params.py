@@ -54,6 +54,11 @@ class QsmParams(Strict):
                                        "long after the crash (its failure detector's delay), and the view with "
                                        "joiners this long after they start (this project's choice; the paper gives "
                                        "none)")
+    view_batch_s: float = Field(
+        default=0.0, ge=0, description="the GMS \"groups requests in batches and performs changes at a predefined "
+                                       "maximum rate\" (§2.1): views at least this far apart, the changes due "
+                                       "before the next one's announcement joining it; 0: a view per change, as "
+                                       "soon as it is due (the paper gives no rate)")
 
     @property
     def uses_tcp(self) -> bool:
