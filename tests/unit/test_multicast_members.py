@@ -11,12 +11,11 @@ import random
 import networkx as nx
 import pytest
 
-from orchestrator.backends import fake
 from orchestrator.mcast.tree import mfc_changes, mfc_entries, narrowed, vifs
 from orchestrator.runner import GroupMembers, RunOptions, run
 from orchestrator.schedule import Op, OpKind
 from tests.unit.test_multicast_plan import DENSE, plan_of, reference_tree, simulate, sparse
-from tests.unit.test_runner import _write, state_dir  # noqa: F401  (the state directory fixture)
+from tests.unit.test_runner import _write, fake_backend, state_dir  # noqa: F401  (the state directory fixture)
 
 
 @pytest.mark.parametrize("text", [DENSE, sparse(60, 3, 8, 1), sparse(120, 4, 5, 7), sparse(200, 5, 20, 11)])
@@ -97,10 +96,7 @@ def test_who_is_routed_to_with_and_without_a_membership_service():
 
 
 def test_the_runner_hands_the_route_changes_over_and_gives_the_plans_back_at_the_end(tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake"}))
+    calls = fake_backend(monkeypatch)
     text = ("name: fk\ntopology: {kind: tree, nodes: 13, degree: 3}\nlinks: {delay: 5ms}\n"
             "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, failure_detection: 0.3s}}\n"
             "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n"

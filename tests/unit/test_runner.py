@@ -45,6 +45,16 @@ def state_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(labmod, "CTL_ROOT", str(tmp_path / "ctl"))
 
 
+def fake_backend(monkeypatch, **overrides) -> list:
+    """`--backend fake` for `run` (a hidden backend) recording its calls in the list returned; `overrides`
+    replace FakeBackend methods (e.g. the base class's isolate, which cannot drop traffic)."""
+    calls: list = []
+    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
+                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
+                            self, calls), "name": "fake", **overrides}))
+    return calls
+
+
 class FakeClock:
     def __init__(self):
         self.t = 100.0
@@ -146,10 +156,7 @@ def _write(tmp_path, text=EXP):
 
 
 def test_run_on_the_fake_backend_writes_a_complete_run_directory(tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake"}))
+    calls = fake_backend(monkeypatch)
     run_dir = run(_write(tmp_path), RunOptions(backend="fake", out=tmp_path / "runs"))
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["status"] == "completed" and m["backend"] == "fake" and m["schedule"]["applied_ops"] == 8
@@ -167,10 +174,7 @@ def test_run_on_the_fake_backend_writes_a_complete_run_directory(tmp_path, monke
 
 
 def test_an_unsupported_action_is_one_error_before_anything_is_built(tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake"}))
+    calls = fake_backend(monkeypatch)
     monkeypatch.setattr(fake.FakeDriver, "OPS", frozenset(OpKind) - {OpKind.LINK_CUT})
     with pytest.raises(SpecError, match=r"schedule\[4\]: partition at 0.5s: not supported on the fake backend") as e:
         run(_write(tmp_path), RunOptions(backend="fake", out=tmp_path / "runs"))
@@ -180,10 +184,7 @@ def test_an_unsupported_action_is_one_error_before_anything_is_built(tmp_path, m
 
 def test_a_silent_crash_on_a_backend_that_cannot_drop_traffic_is_one_error_before_anything_is_built(
         tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake", "isolate": Backend.isolate}))
+    calls = fake_backend(monkeypatch, isolate=Backend.isolate)
     f = _write(tmp_path, SILENT)
     with pytest.raises(SpecError, match=r"fk.yaml:\d+: schedule\[0\]\.mode: crash at 0.1s: mode silent is not "
                                         r"supported on the fake backend") as e:
@@ -193,10 +194,7 @@ def test_a_silent_crash_on_a_backend_that_cannot_drop_traffic_is_one_error_befor
 
 
 def test_an_interrupted_run_stops_collects_and_tears_down(tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake"}))
+    calls = fake_backend(monkeypatch)
 
     def boom(self, names, timeout_s):
         raise KeyboardInterrupt
@@ -278,10 +276,7 @@ def test_a_gsgc_schedule_that_brings_members_back_without_rejoin_is_warned_about
 def test_a_crash_in_a_qsm_run_is_followed_by_the_gms_view_to_the_running_members(tmp_path, monkeypatch):
     # the orchestrator plays QSM's GMS: failure_detection_s after the crash every running member gets the view
     # without the crashed one (schedule.with_gms; the node installs it: tests/node/test_qsm_views.py)
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake"}))
+    calls = fake_backend(monkeypatch)
     text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
             "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
             "failure_detection: 0.5s}}\n"
@@ -303,10 +298,7 @@ def test_a_crash_in_a_qsm_run_is_followed_by_the_gms_view_to_the_running_members
     ("direct: {transport: udp}", False),
 ])
 def test_a_leave_is_announced_at_once_or_refused_without_a_membership_service(tmp_path, monkeypatch, protocol, gms):
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake"}))
+    calls = fake_backend(monkeypatch)
     text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
             f"protocol: {{{protocol}}}\n"
             "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n"
@@ -327,10 +319,7 @@ def test_a_leave_is_announced_at_once_or_refused_without_a_membership_service(tm
 def test_qsm_view_batch_makes_one_view_of_the_crashes_due_in_a_batch(tmp_path, monkeypatch):
     # `view_batch: 1s` (QSM §2.1: the GMS "groups requests in batches"): crashes at 0.5 and 0.7 s (due at 0.8 and
     # 1.0 s with failure_detection 0.3 s): the first view at 0.8 s, the second batch at 1.8 s with the other crash
-    calls: list = []
-    monkeypatch.setitem(__import__("orchestrator.backends.registry", fromlist=["x"]).HIDDEN, "fake",
-                        lambda: type("B", (fake.FakeBackend,), {"__init__": lambda self: fake.FakeBackend.__init__(
-                            self, calls), "name": "fake"}))
+    calls = fake_backend(monkeypatch)
     text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
             "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
             "failure_detection: 0.3s, view_batch: 1s}}\n"
