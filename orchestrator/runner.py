@@ -173,8 +173,13 @@ class Runner:
                 self.run.record({"event": "multicast_routes", "actual_s": 0.0, "members": len(self._groups.first),
                                  **counts})
             self._execute(t0, duration_s)
-        finally:
-            self._route(everyone)
+        except BaseException:
+            try:
+                self._route(everyone)
+            except OrchestratorError:       # (the daemon may be what failed): the run's own error is reported
+                pass
+            raise
+        self._route(everyone)
 
     def _route(self, members: frozenset[str]) -> dict | None:
         """The routes for `members` instead of the ones there are now (nothing when they are the same)."""
