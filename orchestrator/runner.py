@@ -150,6 +150,7 @@ class Runner:
     stopped_reason: str = "completed"
     dilation: float = 1.0           # real seconds per virtual second: the schedule's times are virtual
     _groups: GroupMembers | None = field(default=None, init=False, repr=False)
+    _routed: tuple[frozenset[str], list] = field(default=(frozenset(), []), init=False, repr=False)   # installed
 
     def apply(self, op: Op) -> dict:
         if op.kind not in self.driver.OPS:      # validation refused this before anything was built
@@ -160,13 +161,13 @@ class Runner:
         """Apply the schedule from `t0` (a reading of `clock`, real) for `duration_s` virtual seconds. Every time
         the runner records is virtual (seconds since t0); it sleeps the real equivalent (x dilation). A lab with
         multicast groups has its routes follow the members (`GroupMembers`) and gets the plan's back at the end."""
-        plan = getattr(getattr(self.driver, "ctx", None), "plan", None)
-        if plan is None or not plan.groups:
+        plan = self.driver.ctx.plan
+        if not plan.groups:
             return self._execute(t0, duration_s)
         everyone = frozenset(m.name for m in plan.members)
         self._groups = GroupMembers(plan, frozenset(self.driver.ctx.first),
                                     any(op.kind == OpKind.GMS_VIEW for op in self.timeline.ops))
-        self._groups.present = everyone
+        self._routed = (everyone, plan.groups)          # what `up` installed
         try:
             counts = self._route(self._groups.first)
             if counts:
@@ -182,12 +183,14 @@ class Runner:
         self._route(everyone)
 
     def _route(self, members: frozenset[str]) -> dict | None:
-        """The routes for `members` instead of the ones there are now (nothing when they are the same)."""
-        g = self._groups
-        if members == g.present:
+        """The routes for `members` instead of the installed ones (nothing when they are the same)."""
+        now, groups = self._routed
+        if members == now:
             return None
-        changes = mfc_changes(g.plan, narrowed(g.plan, set(g.present)), narrowed(g.plan, set(members)))
-        g.present = members
+        plan = self._groups.plan
+        nxt = narrowed(plan, set(members))
+        changes = mfc_changes(plan, groups, nxt)
+        self._routed = (members, nxt)
         return self.driver.multicast_routes(changes) if changes else None
 
     def _execute(self, t0: float, duration_s: float) -> None:
@@ -204,8 +207,8 @@ class Runner:
                 routes: list[dict | None] = []
                 if self._groups is not None:
                     # graft before the op (a joiner's copies must reach it from its view on), prune after it
-                    target = self._groups.after(op)
-                    routes.append(self._route(self._groups.present | target))
+                    target = self._groups.present = self._groups.after(op)
+                    routes.append(self._route(self._routed[0] | target))
                 replies = self.apply(op)
                 if self._groups is not None:
                     routes.append(self._route(target))

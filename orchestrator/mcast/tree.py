@@ -285,10 +285,8 @@ def mfc_changes(plan: "NetworkPlan", before: list[Group], after: list[Group]) ->
         if old == new:
             continue
         keep = {(e.group, e.origin) for e in new}
+        # a narrowing's tree is a subtree of the plan's, so the plan's routes hold every one any narrowing has
         every = {(e.group, e.origin) for e in mfc_entries(plan, n.name)}
-        for g in plan.groups:          # a sender's (self, G) whichever narrowing had it
-            if n.name in g.senders:
-                every.add((g.address, plan.node(n.name).address))
         out[n.name] = {"set": [e.to_json() for e in new],
                        "delete": [{"group": g, "origin": o} for g, o in sorted(every - keep)]}
     return out
