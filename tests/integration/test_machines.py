@@ -45,6 +45,13 @@ def on_machine(machines: SshHosts, i: int, argv: list[str], state: Path, timeout
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
 
 
+def within(rtt_ms: float, expected_ms: float, traversals: int) -> bool:
+    """The delay line never releases early (0.2 ms: the stamps); late by at most 2 ms per link traversal, a bound
+    for a busy machine (the delay line runs at real-time priority; a missing delay or a shaped tunnel's absence
+    shows below the formula, not above it)."""
+    return expected_ms - 0.2 <= rtt_ms <= expected_ms + 2.0 * traversals
+
+
 def ping_rtts(lab: str, src: str, dst_addr: str, count: int = 6) -> list[float]:
     r = sh(["ip", "netns", "exec", f"{lab}-{src}", "ping", "-n", "-c", str(count), "-i", "0.2", "-W", "2", dst_addr],
            check=False)
@@ -100,11 +107,11 @@ def test_a_lab_split_over_three_machines_routes_across_the_cut_links(machines, t
         expected = 2 * hops * DELAY_MS
         print(f"\n{far_a} -> {far_b}: {hops} hops across {crossings} cut link(s), "
               f"RTT min {min(rtt):.2f} ms, median {sorted(rtt)[len(rtt) // 2]:.2f} ms (formula {expected:.1f} ms)")
-        assert expected - 0.2 <= min(rtt) <= expected + 3.0, rtt
+        assert within(min(rtt), expected, 2 * hops), rtt
         for c in sharding.cut:
             link = plan.link_of(c.parent, c.child)
             one = ping_rtts(lab, c.child, link.parent_addr, count=3)
-            assert 2 * DELAY_MS - 0.2 <= min(one) <= 2 * DELAY_MS + 3.0, (c, one)
+            assert within(min(one), 2 * DELAY_MS, 2), (c, one)
     finally:
         for i in built:
             r = on_machine(machines, i, [*ORCH, "teardown", lab], states[i])

@@ -167,11 +167,15 @@ def test_qsm_members_join_mid_stream(tmp_path):
     assert all(sum(1 for (n, _, _) in got if n == j) > 10 for j in ("h5", "h12"))
     retired = Counter(e["region_index"] for e in log if e["event"] == "view_retired")
     # The multicast routes follow the GMS (docs/multicast.md): a joiner's branch gets no copies until the view
-    # that adds it (the routes grafted just before it is announced): of the second it waited (its region's copies
-    # at 20-60/s), a joiner got at most the few sent between the graft and its install of the view
+    # that adds it (the routes are grafted just before it is announced). With the plan's routes it would have got
+    # every copy sent into its groups while it waited; now only those sent between the graft and its own install
+    # of the view (milliseconds of the second it waited; at most half, however late a busy machine makes it)
     stopped = {e["node"]: e for e in log if e["event"] == "node_stopped"}
+    started = {e["node"]: e["ts"] for e in log if e["event"] == "node_started"}
     early = {j: stopped[j]["protocol"]["counters"].get("before_join", 0) for j in joiners}
-    assert all(x <= 3 for x in early.values()), early
+    waited = {j: sum(1 for g, ts, n in sent.values() if j in GROUPS[g] and n != j and started[j] <= ts < since[j])
+              for j in joiners}
+    assert all(early[j] <= waited[j] / 2 for j in joiners), (early, waited)
     (start,) = [e for e in log if e["event"] == "multicast_routes"]
     assert start["members"] == 21 and start["nodes"] >= 3
     grafted = next(e for e in log if e["event"] == "action_applied" and e["op"] == "gms_view")["multicast_routes"]
