@@ -40,9 +40,10 @@ BACKEND_HELP = ("mininet (default: namespaces on this machine), docker (containe
                 "(real machines over SSH and Ansible, with --inventory).")
 INVENTORY_HELP = ("--backend hosts: the hosts file (YAML: name, ssh, user, key, address per host) or an Ansible "
                   "INI/YAML inventory (group 'testbed'; docs/backends.md).")
-KNOWN_HOSTS_HELP = "--backend hosts: known_hosts file the host keys are checked against (default ~/.ssh/known_hosts)."
-ACCEPT_NEW_HELP = ("--backend hosts: accept and record the keys of hosts not in known_hosts yet (a changed key is "
-                   "always refused). Without it an unknown host is an error.")
+KNOWN_HOSTS_HELP = ("--backend hosts and --machines: known_hosts file the host keys are checked against (default "
+                    "~/.ssh/known_hosts).")
+ACCEPT_NEW_HELP = ("--backend hosts and --machines: accept and record the keys of hosts not in known_hosts yet (a "
+                   "changed key is always refused). Without it an unknown host is an error.")
 
 
 ALLOW_UNENFORCED_HELP = ("--backend hosts: run an experiment with a CPU budget (nodes.cpu) although real machines "
@@ -64,6 +65,22 @@ def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | Non
             "strict": strict, "allow_unenforced_cpu": allow_unenforced_cpu}
 
 
+MACHINES_HELP = ("Build the lab over several machines: an Ansible INI/YAML inventory (group 'testbed'; each machine "
+                 "root, this orchestrator installed, an underlay address testbed_address; docs/machines.md).")
+
+
+def _machines_options(machines: Path, backend: str, inventory: Path | None, part: Path | None, known_hosts,
+                      accept_new: bool, strict: bool, sets, dilation: str | None) -> dict:
+    if backend != "mininet" or inventory is not None or part is not None:
+        raise SpecError("--machines builds network namespaces on every machine: it takes no --backend, "
+                        "--inventory or --part")
+    from orchestrator.hosts.inventory import load
+
+    load(machines)                        # the inventory is input: checked before anything is built
+    return {"inventory": machines, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
+            "strict": strict, "sets": list(sets or []), "dilation": dilation}
+
+
 def _load_part(path: Path, backend: str, plan):
     """`up --part`'s file, checked against the plan (bad input: exit 2)."""
     from orchestrator.shard import Part
@@ -71,9 +88,14 @@ def _load_part(path: Path, backend: str, plan):
     if backend != "mininet":
         raise SpecError("--part needs the mininet backend (a machine builds its part in namespaces)")
     try:
-        p = Part.from_json(json.loads(path.read_text()))
+        doc = json.loads(path.read_text())
+        p = Part.from_json(doc)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"{path}: not a part of a split lab: {exc}") from None
+    if doc.get("plan_digest") and doc["plan_digest"] != plan.digest():
+        raise SpecError(f"{path}: this machine plans the experiment differently from the controller (plan digest "
+                        f"{plan.digest()[:12]}, the controller's {doc['plan_digest'][:12]}): run the same "
+                        "orchestrator version everywhere")
     unknown = sorted(p.nodes - {n.name for n in plan.nodes})
     if unknown:
         raise SpecError(f"{path}: node(s) {unknown[:5]} are not in the experiment's plan")
@@ -100,6 +122,7 @@ def up(
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help=ACCEPT_NEW_HELP),
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
     allow_unenforced_cpu: bool = typer.Option(False, "--allow-unenforced-cpu", help=ALLOW_UNENFORCED_HELP),
+    machines: Optional[Path] = typer.Option(None, "--machines", help=MACHINES_HELP),
     part: Optional[Path] = typer.Option(None, "--part", hidden=True,
                                         help="Internal: build only this machine's part of a lab split over "
                                              "machines (JSON, orchestrator.shard.Part)."),
@@ -108,8 +131,13 @@ def up(
     backend, shaper = backend.value, check_shaper(shaper.value)
     prep = labmod.prepare(experiment, name, _parse_sets(set_), dilation=parse_dilation(dilation))
     dil = labmod.lab_dilation(prep)
-    options = _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
-                             allow_unenforced_cpu)
+    if machines is not None:
+        options = _machines_options(machines, backend, inventory, part, known_hosts, accept_new_host_keys,
+                                    strict_shaping, set_, dilation)
+        backend = "machines"
+    else:
+        options = _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
+                                 allow_unenforced_cpu)
     nodes, links = prep.plan.nodes, prep.plan.links
     if part is not None:
         the_part = _load_part(part, backend, prep.plan)
@@ -407,6 +435,15 @@ def dissector(
 
     out_file.write_text(generate(udp_ports=udp_port, mcast_ports=mcast_port, tcp_ports=tcp_port))
     out.print(str(out_file))
+
+
+@app.command(name="machine-check", hidden=True)
+def machine_check(shaper: ShaperName = typer.Option(ShaperName.auto, help=SHAPER_HELP)) -> None:
+    """Internal (`up --machines` asks every machine): this machine's code digest, uid, kernel features and
+    shaper, as one JSON line."""
+    from orchestrator.backends.machines import local_check
+
+    print(json.dumps(local_check(shaper.value)))
 
 
 @app.command()

@@ -27,6 +27,12 @@ def _hosts() -> type[Backend]:
     return HostsBackend
 
 
+def _machines() -> type[Backend]:
+    from orchestrator.backends.machines import MachinesBackend
+
+    return MachinesBackend
+
+
 def _fake() -> type[Backend]:
     from orchestrator.backends.fake import FakeBackend
 
@@ -34,7 +40,8 @@ def _fake() -> type[Backend]:
 
 
 BACKENDS: dict[str, Callable[[], type[Backend]]] = {"mininet": _mininet, "docker": _docker, "hosts": _hosts}
-HIDDEN: dict[str, Callable[[], type[Backend]]] = {"fake": _fake}    # unit tests only; not offered by the CLI
+# Not offered by --backend: fake (unit tests only), machines (`up --machines INVENTORY`).
+HIDDEN: dict[str, Callable[[], type[Backend]]] = {"fake": _fake, "machines": _machines}
 
 
 def names() -> list[str]:

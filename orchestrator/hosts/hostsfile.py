@@ -49,6 +49,8 @@ class HostDefaults(_Strict):
     port: int | None = Field(default=None, ge=1, le=65535)
     workdir: str | None = None
     python: str | None = None
+    orchestrator: str | None = None
+    state_dir: str | None = None
 
 
 class HostEntry(_Strict):
@@ -62,6 +64,8 @@ class HostEntry(_Strict):
     workdir: str | None = None
     python: str | None = None
     member: str | None = None
+    orchestrator: str | None = None     # --machines: the machine's Python with this orchestrator installed
+    state_dir: str | None = None        # --machines: the machine's lab state directory (default: its own default)
 
     @field_validator("name")
     @classmethod
@@ -101,6 +105,8 @@ class Host(BaseModel):
     workdir: str
     python: str
     member: str
+    orchestrator: str = ""
+    state_dir: str = ""
 
     @property
     def become(self) -> bool:
@@ -185,6 +191,10 @@ def resolve_hosts(hf: HostsFile, base: Path, fail) -> list[Host]:
         try:
             workdir = _safe_abs_path(h.workdir or d.workdir or "/var/lib/gossip-testbed", "workdir")
             python = _safe_abs_path(h.python or d.python or "/usr/bin/python3", "python")
+            orch = h.orchestrator or d.orchestrator
+            orch = _safe_abs_path(orch, "orchestrator") if orch else ""
+            state_dir = h.state_dir or d.state_dir
+            state_dir = _safe_abs_path(state_dir, "state_dir") if state_dir else ""
         except ValueError as exc:
             raise err(str(exc)) from None
         if workdir == "/":
@@ -197,7 +207,7 @@ def resolve_hosts(hf: HostsFile, base: Path, fail) -> list[Host]:
             seen[k].add(v)
         out.append(Host(name=h.name, ssh_host=ssh_host, ssh_port=port or d.port or 22, user=user,
                         key=str(key_path), address=h.address, interface=h.interface, workdir=workdir,
-                        python=python, member=h.member or ""))
+                        python=python, member=h.member or "", orchestrator=orch, state_dir=state_dir))
     return out
 
 

@@ -20,6 +20,7 @@ host's variables:
 | `ansible_python_interpreter` | `python` | /usr/bin/python3 |
 | `testbed_address` (or `testbed_underlay`) | `address` (the member's) | `ansible_host` if an IPv4 address |
 | `testbed_interface`, `testbed_workdir`, `testbed_member` | `interface`, `workdir`, `member` | as the hosts file |
+| `testbed_orchestrator`, `testbed_state_dir` | `orchestrator`, `state_dir` | `--machines` only (docs/machines.md) |
 
 A relative key path is relative to the directory the orchestrator runs in, as Ansible's is. Every check of the
 hosts file applies (orchestrator.hosts.hostsfile.resolve_hosts); an error names the inventory and the host.
@@ -44,7 +45,8 @@ GROUP = "testbed"
 VARS = {"ansible_host": "ssh", "ansible_port": "port", "ansible_user": "user",
         "ansible_ssh_private_key_file": "key", "ansible_private_key_file": "key",
         "ansible_python_interpreter": "python", "testbed_address": "address", "testbed_underlay": "address",
-        "testbed_interface": "interface", "testbed_workdir": "workdir", "testbed_member": "member"}
+        "testbed_interface": "interface", "testbed_workdir": "workdir", "testbed_member": "member",
+        "testbed_orchestrator": "orchestrator", "testbed_state_dir": "state_dir"}
 # Only the plugins that read files: the default list also has `script` (runs an executable inventory) and
 # `host_list`/`auto`, which would take a typo for a host name or a plugin config.
 ENV = {"ANSIBLE_INVENTORY_ENABLED": "ini,yaml", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",

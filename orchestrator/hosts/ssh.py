@@ -38,36 +38,44 @@ class _RecordNewKey(paramiko.MissingHostKeyPolicy):
             self.path.chmod(0o600)
 
 
+def open_client(host: Host, known_hosts: Path, accept_new: bool = False, lock: threading.Lock | None = None,
+                timeout_s: float = 5.0) -> paramiko.SSHClient:
+    """A connected SSH client to `host`, its key checked against `known_hosts`; HostsError naming the host and
+    the reason (unreachable, refused key, changed host key) otherwise."""
+    client = paramiko.SSHClient()
+    if known_hosts.exists():
+        client.load_host_keys(str(known_hosts))
+    elif not accept_new:
+        raise HostsError(f"known_hosts file {known_hosts} does not exist",
+                         {host.name: explain("Host key verification failed", host.user, str(known_hosts))})
+    client.set_missing_host_key_policy(
+        _RecordNewKey(known_hosts, lock or threading.Lock()) if accept_new else paramiko.RejectPolicy())
+    try:
+        client.connect(host.ssh_host, port=host.ssh_port, username=host.user, key_filename=host.key,
+                       look_for_keys=False, allow_agent=False, timeout=timeout_s, banner_timeout=timeout_s,
+                       auth_timeout=timeout_s)
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostsError("ssh", {host.name: explain(f"REMOTE HOST IDENTIFICATION HAS CHANGED: {exc}", host.user,
+                                                    str(known_hosts))}) from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise HostsError("ssh", {host.name: explain(f"Permission denied (publickey): {exc}", host.user)}) from None
+    except paramiko.SSHException as exc:
+        client.close()
+        raise HostsError("ssh", {host.name: explain(str(exc), host.user, str(known_hosts))}) from None
+    except (OSError, socket.timeout) as exc:
+        client.close()
+        raise HostsError("ssh", {host.name: explain(f"{host.ssh_host}:{host.ssh_port}: {exc}")}) from None
+    return client
+
+
 class AgentSession:
     def __init__(self, host: Host, lab: str, known_hosts: Path, accept_new: bool = False,
                  lock: threading.Lock | None = None, timeout_s: float = 5.0):
         self.host, self.lab = host, lab
         self.lock = threading.Lock()
-        self.client = paramiko.SSHClient()
-        if known_hosts.exists():
-            self.client.load_host_keys(str(known_hosts))
-        elif not accept_new:
-            raise HostsError(f"known_hosts file {known_hosts} does not exist",
-                             {host.name: explain("Host key verification failed", host.user, str(known_hosts))})
-        self.client.set_missing_host_key_policy(
-            _RecordNewKey(known_hosts, lock or threading.Lock()) if accept_new else paramiko.RejectPolicy())
-        try:
-            self.client.connect(host.ssh_host, port=host.ssh_port, username=host.user, key_filename=host.key,
-                                look_for_keys=False, allow_agent=False, timeout=timeout_s, banner_timeout=timeout_s,
-                                auth_timeout=timeout_s)
-        except paramiko.BadHostKeyException as exc:
-            self.client.close()
-            raise HostsError("ssh", {host.name: explain(f"REMOTE HOST IDENTIFICATION HAS CHANGED: {exc}", host.user,
-                                                        str(known_hosts))}) from None
-        except paramiko.AuthenticationException as exc:
-            self.client.close()
-            raise HostsError("ssh", {host.name: explain(f"Permission denied (publickey): {exc}", host.user)}) from None
-        except paramiko.SSHException as exc:
-            self.client.close()
-            raise HostsError("ssh", {host.name: explain(str(exc), host.user, str(known_hosts))}) from None
-        except (OSError, socket.timeout) as exc:
-            self.client.close()
-            raise HostsError("ssh", {host.name: explain(f"{host.ssh_host}:{host.ssh_port}: {exc}")}) from None
+        self.client = open_client(host, known_hosts, accept_new, lock, timeout_s)
         try:
             tr = self.client.get_transport()
             tr.set_keepalive(5)

@@ -51,6 +51,10 @@ class SshHosts:
     users: list[str] = field(default_factory=list)
     sudoers: Path | None = None
     made_privsep: bool = False
+    # sshd (and so every command run over SSH) in the host's network namespace only, with this machine's mounts:
+    # the "machines" tests build labs over SSH, whose namespaces (bind mounts in /run/netns) must be seen here.
+    # `ip netns exec` gives a private mount namespace, where they would not be.
+    share_mounts: bool = False
 
     # addresses and names
     def addr(self, i: int) -> str:
@@ -145,7 +149,8 @@ class SshHosts:
                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password",
                 "UsePAM no", "PrintMotd no", "Subsystem sftp internal-sftp", "LogLevel ERROR", ""]))
             log = open(hd / "sshd.log", "w")
-            self.sshd.append(subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f",
+            enter = ["nsenter", f"--net=/run/netns/{ns}"] if self.share_mounts else ["ip", "netns", "exec", ns]
+            self.sshd.append(subprocess.Popen([*enter, SSHD, "-D", "-e", "-f",
                                                str(hd / "sshd_config")], stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL))
             log.close()
@@ -178,7 +183,8 @@ class SshHosts:
     def inventory_file(self, path: Path, entries: list[dict] | None = None) -> Path:
         """The same hosts as an Ansible INI inventory (group `testbed`, the defaults as group vars)."""
         var = {"ssh": "ansible_host", "address": "testbed_address", "workdir": "testbed_workdir",
-               "key": "ansible_ssh_private_key_file", "user": "ansible_user"}
+               "key": "ansible_ssh_private_key_file", "user": "ansible_user", "port": "ansible_port",
+               "orchestrator": "testbed_orchestrator", "state_dir": "testbed_state_dir"}
         lines = ["[testbed]"]
         for i, e in enumerate(entries or [{} for _ in range(self.count)], start=1):
             h = {"ssh": self.addr(i), "address": self.addr(i), "workdir": self.workdir(i), **e}

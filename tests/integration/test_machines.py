@@ -127,3 +127,143 @@ def _cmdline(p: Path) -> str:
         return (p / "cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+# --- the controller drives the machines: `orchestrator up|status|exec|teardown` with --machines ------------------
+@pytest.fixture
+def ssh_machines():
+    m = SshHosts(3, share_mounts=True).start()       # commands over SSH see the namespaces they make
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def machine_entries(m: SshHosts, tmp_path: Path, **extra) -> list[dict]:
+    """Each machine runs this same orchestrator (this interpreter) with its own state directory (on a real
+    machine its default one; here the machines share one file system)."""
+    return [{"orchestrator": sys.executable, "state_dir": str(tmp_path / f"state-host{i}"), **extra}
+            for i in range(1, m.count + 1)]
+
+
+def orch(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*ORCH, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200",
+                               "ORCHESTRATOR_STATE_DIR": str(tmp_path / "state-controller")})
+
+
+def test_up_over_three_machines_from_the_controller_and_teardown_everywhere(ssh_machines, tmp_path):
+    m = ssh_machines
+    lab = f"gc{os.getpid() % 100000}"
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXPERIMENT.format(name=lab, delay=DELAY_MS))
+    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
+    plan = prepare(exp).plan
+    up = orch(tmp_path, "up", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
+              "--shaper", "delayline")
+    try:
+        assert up.returncode == 0, up.stderr
+        print("\n" + up.stderr)
+        assert re.search(r"shards: host1 \d+ nodes .*host3 \d+ nodes .*; 2 cut link\(s\)", up.stderr), up.stderr
+        assert sorted(lab_namespaces(lab)) == sorted(f"{lab}-{n.name}" for n in plan.nodes)
+        record = json.loads((tmp_path / "state-controller" / lab / "machines.json").read_text())
+        assert record["built"] == ["host1", "host2", "host3"]
+        shards = record["sharding"]["shards"]
+        owner = {v: s["machine"] for s in shards for v in s["nodes"]}
+        # every machine holds exactly its shard: its own state lists only its namespaces
+        for i in (1, 2, 3):
+            st = json.loads((tmp_path / f"state-host{i}" / lab / "state.json").read_text())
+            assert sorted(st["namespaces"]) == sorted(f"{lab}-{v}" for v, mm in owner.items() if mm == f"host{i}")
+        # across both cut links: the tree's RTT, each hop shaped by its own machine's delay line
+        a = max(shards[1]["nodes"], key=lambda v: plan.node(v).depth)
+        b = max(shards[2]["nodes"], key=lambda v: plan.node(v).depth)
+        hops = len(path(plan, a, b)) - 1
+        rtt = ping_rtts(lab, a, plan.node(b).address)
+        print(f"{a} -> {b}: {hops} hops, RTT min {min(rtt):.2f} ms (formula {2 * hops * DELAY_MS:.1f} ms)")
+        assert within(min(rtt), 2 * hops * DELAY_MS, 2 * hops), rtt
+        st = orch(tmp_path, "status", lab)
+        assert st.returncode == 0, st.stdout + st.stderr
+        ex = orch(tmp_path, "exec", lab, b, "--", "ip", "-o", "-4", "addr", "show")
+        assert ex.returncode == 0 and plan.node(b).address in ex.stdout, ex.stdout + ex.stderr
+    finally:
+        down = orch(tmp_path, "teardown", lab)
+    assert down.returncode == 0, down.stderr
+    assert lab_namespaces(lab) == []
+    assert not (tmp_path / "state-controller" / lab).exists()
+    for i in (1, 2, 3):
+        assert "vxlan" not in sh(["ip", "-n", m.ns(i), "-d", "link", "show"]).stdout
+        assert not (tmp_path / f"state-host{i}" / lab).exists()
+        assert not Path(m.workdir(i), lab).exists()
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and lab in _cmdline(p)]
+    again = orch(tmp_path, "teardown", lab)            # idempotent: nothing left to remove is not an error
+    assert again.returncode in (0, 2) and "Traceback" not in again.stderr
+
+
+def test_teardown_with_a_machine_unreachable_keeps_the_state_and_finishes_later(ssh_machines, tmp_path):
+    m = ssh_machines
+    lab = f"gd{os.getpid() % 100000}"
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXPERIMENT.format(name=lab, delay=1))
+    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
+    up = orch(tmp_path, "up", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
+              "--shaper", "tbf")
+    port = "p2"                                        # machine 2's port on the switch
+    try:
+        assert up.returncode == 0, up.stderr
+        sh(["ip", "-n", f"{m.ident}sw", "link", "set", port, "down"])     # the SSH connection to host2 is cut
+        st = orch(tmp_path, "status", lab)
+        assert st.returncode == 1 and "host2: unreachable" in st.stdout, st.stdout + st.stderr
+        down = orch(tmp_path, "teardown", lab)
+        assert down.returncode != 0 and "host2: unreachable" in down.stderr, down.stderr
+        assert "removed from host1, host3" in down.stderr, down.stderr
+        left = lab_namespaces(lab)
+        assert left and all(ns[len(lab) + 1:] in _shard_of(tmp_path, lab, "host2") for ns in left), left
+    finally:
+        sh(["ip", "-n", f"{m.ident}sw", "link", "set", port, "up"])
+        down = orch(tmp_path, "teardown", lab)
+    assert down.returncode == 0, down.stderr
+    assert lab_namespaces(lab) == []
+    assert not (tmp_path / "state-controller" / lab).exists()
+
+
+def _shard_of(tmp_path: Path, lab: str, machine: str) -> list[str]:
+    record = json.loads((tmp_path / "state-controller" / lab / "machines.json").read_text())
+    return next(s["nodes"] for s in record["sharding"]["shards"] if s["machine"] == machine)
+
+
+def test_machines_that_cannot_take_part_are_named_before_anything_is_built(ssh_machines, tmp_path):
+    m = ssh_machines
+    lab = f"ge{os.getpid() % 100000}"
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXPERIMENT.format(name=lab, delay=1))
+    known = ["--known-hosts", str(m.known_hosts), "--shaper", "tbf"]
+    entries = machine_entries(m, tmp_path)
+    entries[1] = {**entries[1], "user": m.plain_user}                    # no root, no sudo
+    entries[2] = {**entries[2], "orchestrator": "/nonexistent/bin/python"}
+    bad = m.inventory_file(tmp_path / "bad.ini", entries)
+    r = orch(tmp_path, "up", str(exp), "--machines", str(bad), *known)
+    assert r.returncode == 2, r.stderr
+    assert "host2: no root" in r.stderr and "host3: no orchestrator at /nonexistent/bin/python" in r.stderr, r.stderr
+    assert "host1" not in r.stderr, r.stderr
+
+    unreachable = m.inventory_file(tmp_path / "unreachable.ini", machine_entries(m, tmp_path))
+    text = unreachable.read_text().replace(f"ansible_host={m.addr(3)}", f"ansible_host=10.250.{m.subnet}.99")
+    unreachable.write_text(text.replace(f"testbed_address={m.addr(3)}", f"testbed_address=10.250.{m.subnet}.99"))
+    r = orch(tmp_path, "up", str(exp), "--machines", str(unreachable), *known)
+    assert r.returncode == 2 and "host3: unreachable" in r.stderr, r.stderr
+
+    dup = m.inventory_file(tmp_path / "dup.ini", machine_entries(m, tmp_path))
+    dup.write_text(dup.read_text().replace(f"ansible_host={m.addr(3)}", f"ansible_host={m.addr(1)}"))
+    r = orch(tmp_path, "up", str(exp), "--machines", str(dup), *known)
+    assert r.returncode == 2 and "host3: the same machine as host1" in r.stderr, r.stderr
+
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(EXPERIMENT.format(name=lab, delay=1).replace("nodes: 13", "nodes: 2"))
+    ok = m.inventory_file(tmp_path / "ok.ini", machine_entries(m, tmp_path))
+    r = orch(tmp_path, "up", str(tiny), "--machines", str(ok), *known)
+    assert r.returncode == 2 and "host3: more machines (3) than the tree can use" in r.stderr, r.stderr
+
+    assert lab_namespaces(lab) == []                   # nothing was built anywhere, nothing recorded
+    assert not (tmp_path / "state-controller" / lab).exists()
+    for i in (1, 2, 3):
+        assert not (tmp_path / f"state-host{i}" / lab).exists()

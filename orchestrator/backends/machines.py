@@ -1,0 +1,376 @@
+"""One lab over several machines (`orchestrator up EXPERIMENT --machines INVENTORY`, docs/machines.md).
+
+The controller checks every machine before anything is built anywhere (`machine-check` over SSH: reachable, root,
+the same code, network namespaces, veth and VXLAN, a shaper), cuts the tree into shards (orchestrator.shard),
+records which machines it will touch in the lab's state (`machines.json`, before it builds), and then has every
+machine build its part with the netns backend's own code (`orchestrator up --part`, all machines at once). The
+cut links are VXLAN tunnels between the machines' underlay addresses (`testbed_address`). Teardown asks every
+recorded machine to remove its part (a machine whose part is gone already counts as done), so it works after the
+controller was killed; a machine it cannot reach keeps the lab's state for a retry.
+
+SSH is paramiko's (orchestrator.hosts.ssh.open_client: the host keys checked as for the hosts backend); every
+remote command is an argument list quoted with shlex.join.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import paramiko
+
+from orchestrator import machines as mach
+from orchestrator.backends.base import Backend, NodeDriver, Progress
+from orchestrator.errors import BackendError, SpecError
+from orchestrator.hosts.ansible import HostsError
+from orchestrator.hosts.hostsfile import Host
+from orchestrator.hosts.ssh import open_client
+from orchestrator.plan import NetworkPlan
+from orchestrator.shard import node_weights, part_of, shard_plan
+from orchestrator.state import LabState
+
+RECORD = "machines.json"
+SSH_TIMEOUT_S = 10.0
+
+
+def local_check(shaper: str) -> dict:
+    """What `machine-check` reports about this machine (run there, as root): the code digest, uid, kernel, the
+    features a part needs, each tried for real in a throwaway namespace, and the shaper it would choose."""
+    from orchestrator.errors import ShapingError
+    from orchestrator.shaping.probe import probe_kernel
+
+    report: dict = {"digest": mach.code_digest(), "uid": os.geteuid(), "kernel": platform.release(),
+                    "features": {}, "errors": {}}
+    if os.geteuid() != 0:
+        return report
+    ns = f"orch-check-{os.getpid()}"
+    steps = [("netns", ["ip", "netns", "add", ns]),
+             ("veth", ["ip", "-n", ns, "link", "add", "chk0", "type", "veth", "peer", "name", "chk1"]),
+             ("vxlan", ["ip", "-n", ns, "link", "add", "chk2", "type", "vxlan", "id", "42", "dstport",
+                        str(4789), "nolearning"])]
+    try:
+        for feature, argv in steps:
+            r = subprocess.run(argv, capture_output=True, text=True)
+            report["features"][feature] = r.returncode == 0
+            if r.returncode != 0:
+                report["errors"][feature] = r.stderr.strip()[:200]
+                break
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    try:
+        report["shaper"] = probe_kernel(None).choose(shaper)
+    except ShapingError as exc:
+        report["shaper_error"] = str(exc)
+    return report
+
+
+class Machine:
+    """One machine's SSH connection and its commands."""
+
+    def __init__(self, host: Host, client: paramiko.SSHClient):
+        self.host, self.client = host, client
+
+    def call(self, argv: list[str], stdin: bytes = b"", timeout_s: float = 600.0) -> tuple[int, str, str]:
+        tr = self.client.get_transport()
+        if tr is None or not tr.is_active():
+            raise BackendError(f"machine {self.host.name}: the SSH connection is gone")
+        chan = tr.open_session(timeout=SSH_TIMEOUT_S)
+        chan.settimeout(timeout_s)
+        chan.exec_command(shlex.join(argv))
+        if stdin:
+            chan.sendall(stdin)
+        chan.shutdown_write()
+        out, err = bytearray(), bytearray()
+        try:
+            while True:
+                got = False
+                if chan.recv_ready():
+                    out += chan.recv(65536)
+                    got = True
+                if chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                    got = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if not got:
+                    time.sleep(0.02)
+                    if chan.closed and not chan.exit_status_ready():
+                        raise BackendError(f"machine {self.host.name}: the SSH session closed during "
+                                           f"`{shlex.join(argv[-6:])}`")
+            rc = chan.recv_exit_status()
+        except OSError as exc:
+            raise BackendError(f"machine {self.host.name}: the SSH session failed: {exc}") from None
+        finally:
+            chan.close()
+        return rc, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def orchestrator(self, args: list[str], timeout_s: float = 600.0) -> tuple[int, str, str]:
+        return self.call(mach.remote_argv(self.host, args, sys.executable), timeout_s=timeout_s)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def connect(hosts: list[Host], known_hosts: Path, accept_new: bool) -> tuple[dict[str, Machine], dict[str, str]]:
+    """SSH to every machine at once: (connected machines, {name: why not})."""
+    machines: dict[str, Machine] = {}
+    problems: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def one(h: Host) -> None:
+        try:
+            machines[h.name] = Machine(h, open_client(h, known_hosts, accept_new, lock, SSH_TIMEOUT_S))
+        except HostsError as exc:
+            problems.update({h.name: f"unreachable: {why}" for why in (exc.per_host or {}).values()}
+                            or {h.name: f"unreachable: {exc}"})
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as ex:
+        list(ex.map(one, hosts))
+    return machines, problems
+
+
+def each(machines: list[Machine], fn) -> dict[str, object]:
+    """fn(machine) on every machine at once: {name: result or the exception}."""
+    def one(m: Machine):
+        try:
+            return m.host.name, fn(m)
+        except Exception as exc:  # noqa: BLE001 - reported per machine
+            return m.host.name, exc
+    if not machines:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(machines))) as ex:
+        return dict(ex.map(one, machines))
+
+
+def _problems_error(problems: dict[str, str], what: str) -> SpecError:
+    return SpecError(f"{what}:\n" + "\n".join(f"  {name}: {why}" for name, why in problems.items()))
+
+
+class MachinesBackend(Backend):
+    name = "machines"
+    remote_shaping = True           # each machine probes its own kernel (machine-check)
+    fidelity_probe = False          # `orchestrator probe` across machines is not built yet
+    state_survives_reboot = True    # the machines keep their parts when this one reboots
+
+    def __init__(self, inventory: str | Path | None = None, known_hosts: str | Path | None = None,
+                 accept_new_host_keys: bool = False, strict: bool = False, sets: list[str] | None = None,
+                 dilation: str | None = None):
+        from orchestrator.backends.hosts import default_known_hosts
+
+        self.inventory = Path(inventory) if inventory else None
+        self.known_hosts = Path(known_hosts).expanduser().resolve() if known_hosts else default_known_hosts()
+        self.accept_new, self.strict = accept_new_host_keys, strict
+        self.sets, self.dilation = list(sets or []), dilation
+
+    # --- the record: which machines may hold something of the lab --------------------------------------------
+    @staticmethod
+    def load_record(state: LabState) -> dict | None:
+        f = state.dir / RECORD
+        return json.loads(f.read_text()) if f.exists() else None
+
+    @staticmethod
+    def _save_record(state: LabState, record: dict) -> None:
+        state.dir.mkdir(parents=True, exist_ok=True)
+        tmp = state.dir / (RECORD + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+        tmp.replace(state.dir / RECORD)
+
+    def _hosts(self) -> list[Host]:
+        from orchestrator.hosts.inventory import load
+
+        if self.inventory is None:
+            raise SpecError("--machines needs an inventory")
+        return load(self.inventory)
+
+    # --- build ---------------------------------------------------------------------------------------------------
+    def preflight(self, plan: NetworkPlan, shaper: str, progress: Progress) -> tuple[dict[str, Machine], dict]:
+        """Connect to and check every machine; SpecError (exit 2) naming each machine that cannot take part and
+        why, before anything is built anywhere. Returns the connections and each machine's report."""
+        hosts = self._hosts()
+        problems = mach.inventory_problems(hosts, len(plan.nodes))
+        if problems:
+            raise _problems_error(problems, f"{self.inventory}: cannot use these machines")
+        progress.note(f"checking {len(hosts)} machine(s) ...")
+        machines, problems = connect(hosts, self.known_hosts, self.accept_new)
+        digest = mach.code_digest()
+        reports: dict[str, dict] = {}
+        answers = each(list(machines.values()), lambda m: m.orchestrator(["machine-check", "--shaper", shaper],
+                                                                          timeout_s=120))
+        for name, res in answers.items():
+            if isinstance(res, Exception):
+                problems[name] = f"machine-check failed: {res}"
+                continue
+            why, report = mach.check_verdict(machines[name].host, *res, digest=digest, shaper=shaper)
+            if why:
+                problems[name] = why
+            reports[name] = report
+        chosen = {name: r.get("shaper") for name, r in reports.items() if name not in problems}
+        if not problems and len(set(chosen.values())) > 1:
+            problems = {n: f"would shape with {s}" for n, s in chosen.items()}
+            problems["(all)"] = "the machines would shape differently: pass --shaper with one they all have"
+        if problems:
+            for m in machines.values():
+                m.close()
+            order = [h.name for h in hosts]
+            problems = dict(sorted(problems.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 1e9))
+            raise _problems_error(problems, f"{len(problems)} machine(s) cannot take part (nothing was built)")
+        return machines, reports
+
+    def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
+        if plan.groups:
+            raise SpecError("multicast groups are not built across machines yet (docs/machines.md)")
+        experiment = Path(state.experiment)
+        text = experiment.read_bytes()
+        machines, reports = self.preflight(plan, state.shaper, progress)
+        try:
+            self._build(plan, state, progress, machines, reports, experiment.name, text)
+        finally:
+            for m in machines.values():
+                m.close()
+
+    def _build(self, plan: NetworkPlan, state: LabState, progress: Progress, machines: dict[str, Machine],
+               reports: dict[str, dict], exp_name: str, exp_text: bytes) -> None:
+        hosts = [m.host for m in machines.values()]
+        order = [h.name for h in self._hosts()]
+        hosts.sort(key=lambda h: order.index(h.name))
+        sharding = shard_plan(plan, [h.name for h in hosts], node_weights(plan))
+        underlay = {h.name: h.address for h in hosts}
+        used = [s.machine for s in sharding.shards]
+        idle = [h.name for h in hosts if h.name not in used]
+        if idle:
+            progress.note(f"machine(s) {', '.join(idle)} get no shard: the tree is too small to use them")
+        first = reports[used[0]]
+        state.shaper = first["shaper"]
+        state.capabilities = {"machines": {n: {"kernel": reports[n].get("kernel"), "shaper": reports[n]["shaper"]}
+                                           for n in used}}
+        record = {"lab": state.lab, "known_hosts": str(self.known_hosts), "accept_new_host_keys": self.accept_new,
+                  "hosts": [h.model_dump() for h in hosts if h.name in used], "sharding": sharding.to_json(),
+                  "digest": mach.code_digest(), "built": []}
+        self._save_record(state, record)         # before anything is built: teardown knows where to look
+        state.save()
+        progress.note("shards: " + ", ".join(f"{s.machine} {len(s.nodes)} nodes ({s.members} members)"
+                                             for s in sharding.shards)
+                      + f"; {len(sharding.cut)} cut link(s) as VXLAN tunnels")
+        digest = plan.digest()
+        args_common = ["--name", state.lab, "--shaper", state.shaper]
+        args_common += (["--strict-shaping"] if self.strict else []) + [a for s in self.sets for a in ("--set", s)]
+        args_common += ["--dilation", self.dilation] if self.dilation else []
+
+        def build(m: Machine) -> str:
+            h = m.host
+            part = part_of(plan, sharding, h.name, underlay, state.lab)
+            doc = {**part.to_json(), "plan_digest": digest}
+            d = h.lab_dir(state.lab)
+            for name, data in ((exp_name, exp_text), ("part.json", json.dumps(doc).encode())):
+                rc, _, err = m.call(mach.put_argv(h, d, name), stdin=data, timeout_s=60)
+                if rc != 0:
+                    raise BackendError(f"cannot write {d}/{name}: {err.strip()[-300:]}")
+            rc, out, err = m.orchestrator(["up", f"{d}/{exp_name}", *args_common, "--part", f"{d}/part.json"])
+            progress.advance("machines")
+            if rc != 0:
+                raise BackendError(err.strip()[-600:] or f"exit {rc}")
+            return err.strip().splitlines()[-1] if err.strip() else ""
+
+        record["built"] = used                   # `up --part` may have created something on each from here on
+        self._save_record(state, record)
+        progress.start("machines", len(used))
+        results = each([machines[n] for n in used], build)
+        failed = {n: str(r) for n, r in results.items() if isinstance(r, Exception)}
+        if failed:
+            raise BackendError(f"{len(failed)} machine(s) could not build their part:\n"
+                               + "\n".join(f"  {n}: {why}" for n, why in failed.items()))
+        for n, line in results.items():
+            progress.note(f"{n}: {line}")
+        state.status = "up"
+        state.save()
+
+    # --- removal -------------------------------------------------------------------------------------------------
+    def teardown(self, state: LabState, progress: Progress) -> None:
+        record = self.load_record(state)
+        if record is None:
+            return                               # nothing was recorded: nothing was built
+        hosts = {h["name"]: Host(**h) for h in record["hosts"]}
+        todo = [hosts[n] for n in record.get("built", [])]
+        if not todo:
+            return
+        machines, problems = connect(todo, Path(record["known_hosts"]), record.get("accept_new_host_keys", False))
+        progress.start("machines", len(todo))
+
+        def remove(m: Machine) -> None:
+            rc, _, err = m.orchestrator(["teardown", state.lab], timeout_s=600)
+            progress.advance("machines")
+            if rc != 0 and mach.NOT_UP not in err:
+                raise BackendError(err.strip()[-400:] or f"exit {rc}")
+            m.call(mach.remove_argv(m.host, m.host.lab_dir(state.lab)), timeout_s=60)
+
+        try:
+            for n, r in each(list(machines.values()), remove).items():
+                if isinstance(r, Exception):
+                    problems[n] = str(r)
+        finally:
+            for m in machines.values():
+                m.close()
+        done = [n for n in record["built"] if n not in problems]
+        record["built"] = [n for n in record["built"] if n in problems]
+        self._save_record(state, record)
+        if problems:
+            raise BackendError(f"lab {state.lab}: {len(problems)} machine(s) still hold their part (the state "
+                               f"is kept: run `orchestrator teardown {state.lab}` again):\n"
+                               + "\n".join(f"  {n}: {why}" for n, why in problems.items())
+                               + (f"\n  (removed from {', '.join(done)})" if done else ""))
+
+    # --- a running lab -------------------------------------------------------------------------------------------
+    def health(self, state: LabState) -> list[str]:
+        record = self.load_record(state)
+        if record is None:
+            return [f"no machines record ({RECORD}) in the lab's state directory"]
+        if state.status != "up":
+            return []
+        hosts = [Host(**h) for h in record["hosts"] if h["name"] in record.get("built", [])]
+        machines, problems = connect(hosts, Path(record["known_hosts"]), False)
+        try:
+            answers = each(list(machines.values()), lambda m: m.orchestrator(["status", state.lab], timeout_s=120))
+        finally:
+            for m in machines.values():
+                m.close()
+        out = [f"{n}: {why}" for n, why in problems.items()]
+        for n, r in answers.items():
+            if isinstance(r, Exception):
+                out.append(f"{n}: {r}")
+            elif r[0] != 0:
+                out.append(f"{n}: its part is not healthy: {(r[2] or r[1]).strip()[-300:]}")
+        return out
+
+    def machine_of(self, state: LabState, node: str) -> Host:
+        record = self.load_record(state) or {}
+        for s in (record.get("sharding") or {}).get("shards", []):
+            if node in s["nodes"]:
+                return next(Host(**h) for h in record["hosts"] if h["name"] == s["machine"])
+        raise SpecError(f"lab {state.lab} has no node {node!r}")
+
+    def exec(self, state: LabState, node: str, argv: list[str]) -> int:
+        """`argv` in `node`'s namespace on its machine (OpenSSH client with a terminal when this one has one)."""
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        if not argv:
+            raise SpecError("exec: give the command after `--`")
+        h = self.machine_of(state, node)
+        record = self.load_record(state) or {}
+        remote = mach.remote_argv(h, ["exec", state.lab, node, "--", *argv], sys.executable)
+        ssh = ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o",
+               f"UserKnownHostsFile={record.get('known_hosts')}", "-o", "GlobalKnownHostsFile=/dev/null",
+               "-o", "StrictHostKeyChecking=yes", "-i", h.key, "-p", str(h.ssh_port),
+               *(["-t"] if sys.stdin.isatty() else []), f"{h.user}@{h.ssh_host}", shlex.join(remote)]
+        return subprocess.call(ssh, stdin=sys.stdin)
+
+    def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:
+        raise SpecError("`orchestrator run` on a lab over several machines is not built yet: `up --machines` "
+                        "builds the network (docs/machines.md)")
+
+    driver_class = NodeDriver       # no runs yet: check_run refuses them before a driver is made
