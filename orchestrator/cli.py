@@ -172,6 +172,7 @@ def run(
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
     cpu_from: Optional[Path] = typer.Option(None, "--cpu-from", help=CPU_FROM_HELP),
     allow_unenforced_cpu: bool = typer.Option(False, "--allow-unenforced-cpu", help=ALLOW_UNENFORCED_HELP),
+    machines: Optional[Path] = typer.Option(None, "--machines", help=MACHINES_HELP),
 ) -> None:
     """Run an experiment end to end: network, fidelity probe, captures, nodes, schedule, collection.
 
@@ -186,10 +187,15 @@ def run(
         print(path, flush=True)
         printed.append(path)
 
+    if machines is not None:
+        options = _machines_options(machines, backend, inventory, None, known_hosts, accept_new_host_keys,
+                                    strict_shaping, set_, dilation)
+        backend = "machines"
+    else:
+        options = _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
+                                 allow_unenforced_cpu) or {}
     opts = RunOptions(backend=backend, out=out_dir, keep=keep, seed=seed, shaper=shaper, strict=strict_shaping,
-                      lab=lab, name=name,
-                      backend_options=_hosts_options(backend, inventory, known_hosts, accept_new_host_keys,
-                                                     strict_shaping, allow_unenforced_cpu) or {},
+                      lab=lab, name=name, backend_options=options,
                       on_run_dir=show_run_dir, dilation=parse_dilation(dilation), measured=parse_cpu_from(cpu_from))
     t0 = time.monotonic()
     with BarProgress(err) as progress:
@@ -444,6 +450,22 @@ def machine_check(shaper: ShaperName = typer.Option(ShaperName.auto, help=SHAPER
     from orchestrator.backends.machines import local_check
 
     print(json.dumps(local_check(shaper.value)))
+
+
+@app.command(name="machine-agent", hidden=True)
+def machine_agent(
+    name: str = typer.Argument(..., help="Lab name."),
+    part: Path = typer.Option(..., "--part", help="This machine's part (JSON, written by `up --machines`)."),
+) -> None:
+    """Internal (`run --machines` starts one per machine over SSH): this machine's members, driven by JSON lines
+    on stdin (orchestrator/backends/machineagent.py)."""
+    import os
+
+    from orchestrator.backends.machineagent import Agent, serve
+
+    replies = os.fdopen(os.dup(1), "w")     # the replies' own descriptor: anything else printed goes to stderr
+    os.dup2(2, 1)
+    serve(Agent(name, part), sys.stdin.buffer, replies)
 
 
 @app.command()

@@ -32,7 +32,7 @@ MANIFEST_KEYS = {
     "experiment_file": "the experiment file as given",
     "spec": "the validated experiment (JSON)",
     "seed": "the experiment's seed (--seed applied)",
-    "backend": "mininet | docker | hosts",
+    "backend": "mininet | docker | hosts | machines",
     "lab": "the lab's name",
     "plan_digest": "the plan's digest (plan.json's)",
     "realised": "what the backend learned that the plan does not say (hosts: each member's real address), or null",
@@ -52,6 +52,8 @@ MANIFEST_KEYS = {
     "schedule": "the schedule's operations applied, lag median and max (virtual ms)",
     "captures": "per capture: node, interface, file, packets captured, kernel drops",
     "member_cpu": "the member processes' CPU (lifetime, and run_* from the common start)",
-    "clock_offsets_s": "hosts: each node's clock minus the controller's", "clock": "hosts: how they were measured",
+    "clock_offsets_s": "hosts, machines: each node's clock minus the controller's",
+    "clock": "hosts, machines: how they were measured",
+    "machines": "machines: the shards, the cut links, which machines stopped, their clock offsets at the end",
     "hosts": "hosts: per host its member, ssh and address", "deploy_s": "hosts: how long the deployment took",
 }

@@ -82,6 +82,11 @@ class LocalDriver(NodeDriver):
     def collect_node_files(self, name: str) -> None:
         """Copy what the node wrote elsewhere into the run directory, after it stopped."""
 
+    def _here(self, node: str) -> bool:
+        """Whether `node` is on this machine (all of them, but for one machine's part of a lab over several)."""
+        part = getattr(self.backend, "part", None)
+        return part is None or node in part.nodes
+
     # -- nodes
     def start_nodes(self, names: list[str]) -> dict[str, dict]:
         for name in names:
@@ -201,6 +206,8 @@ class LocalDriver(NodeDriver):
         exp, run_dir = self.ctx.exp, self.ctx.run.path
         snap = str(exp.capture.snaplen)
         for node, ifname, filt in capture_targets(self.ctx.plan, exp.capture.interfaces):
+            if not self._here(node):
+                continue
             f = run_dir / "pcaps" / f"{node}-{ifname}.pcap"
             proc = self.backend.popen(
                 self.ctx.state, node, ["tcpdump", "-i", ifname, "-s", snap, "-U", "-Z", "root", "-n", "-w", str(f),
@@ -245,7 +252,7 @@ class LocalDriver(NodeDriver):
 
     def _collect_tc(self) -> None:
         run_dir = self.ctx.run.path
-        for n in self.ctx.plan.nodes:
+        for n in (n for n in self.ctx.plan.nodes if self._here(n.name)):
             r = self.backend.popen(self.ctx.state, n.name, ["tc", "-s", "-j", "qdisc", "show"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             out, _ = r.communicate(timeout=30)

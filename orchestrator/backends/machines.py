@@ -19,25 +19,19 @@ import platform
 import shlex
 import subprocess
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import paramiko
-
 from orchestrator import machines as mach
-from orchestrator.backends.base import Backend, NodeDriver, Progress
+from orchestrator.backends.base import Backend, Progress
+from orchestrator.backends.machinesrun import MachinesDriver
+from orchestrator.backends.machinessh import Machine, connect, each
 from orchestrator.errors import BackendError, SpecError
-from orchestrator.hosts.ansible import HostsError
 from orchestrator.hosts.hostsfile import Host
-from orchestrator.hosts.ssh import open_client
 from orchestrator.plan import NetworkPlan
 from orchestrator.shard import node_weights, part_of, shard_plan
 from orchestrator.state import LabState
 
 RECORD = "machines.json"
-SSH_TIMEOUT_S = 10.0
 
 
 def local_check(shaper: str) -> dict:
@@ -71,83 +65,6 @@ def local_check(shaper: str) -> dict:
     return report
 
 
-class Machine:
-    """One machine's SSH connection and its commands."""
-
-    def __init__(self, host: Host, client: paramiko.SSHClient):
-        self.host, self.client = host, client
-
-    def call(self, argv: list[str], stdin: bytes = b"", timeout_s: float = 600.0) -> tuple[int, str, str]:
-        tr = self.client.get_transport()
-        if tr is None or not tr.is_active():
-            raise BackendError(f"machine {self.host.name}: the SSH connection is gone")
-        chan = tr.open_session(timeout=SSH_TIMEOUT_S)
-        chan.settimeout(timeout_s)
-        chan.exec_command(shlex.join(argv))
-        if stdin:
-            chan.sendall(stdin)
-        chan.shutdown_write()
-        out, err = bytearray(), bytearray()
-        try:
-            while True:
-                got = False
-                if chan.recv_ready():
-                    out += chan.recv(65536)
-                    got = True
-                if chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                    got = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                if not got:
-                    time.sleep(0.02)
-                    if chan.closed and not chan.exit_status_ready():
-                        raise BackendError(f"machine {self.host.name}: the SSH session closed during "
-                                           f"`{shlex.join(argv[-6:])}`")
-            rc = chan.recv_exit_status()
-        except OSError as exc:
-            raise BackendError(f"machine {self.host.name}: the SSH session failed: {exc}") from None
-        finally:
-            chan.close()
-        return rc, out.decode(errors="replace"), err.decode(errors="replace")
-
-    def orchestrator(self, args: list[str], timeout_s: float = 600.0) -> tuple[int, str, str]:
-        return self.call(mach.remote_argv(self.host, args, sys.executable), timeout_s=timeout_s)
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def connect(hosts: list[Host], known_hosts: Path, accept_new: bool) -> tuple[dict[str, Machine], dict[str, str]]:
-    """SSH to every machine at once: (connected machines, {name: why not})."""
-    machines: dict[str, Machine] = {}
-    problems: dict[str, str] = {}
-    lock = threading.Lock()
-
-    def one(h: Host) -> None:
-        try:
-            machines[h.name] = Machine(h, open_client(h, known_hosts, accept_new, lock, SSH_TIMEOUT_S))
-        except HostsError as exc:
-            problems.update({h.name: f"unreachable: {why}" for why in (exc.per_host or {}).values()}
-                            or {h.name: f"unreachable: {exc}"})
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as ex:
-        list(ex.map(one, hosts))
-    return machines, problems
-
-
-def each(machines: list[Machine], fn) -> dict[str, object]:
-    """fn(machine) on every machine at once: {name: result or the exception}."""
-    def one(m: Machine):
-        try:
-            return m.host.name, fn(m)
-        except Exception as exc:  # noqa: BLE001 - reported per machine
-            return m.host.name, exc
-    if not machines:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(machines))) as ex:
-        return dict(ex.map(one, machines))
-
-
 def _problems_error(problems: dict[str, str], what: str) -> SpecError:
     return SpecError(f"{what}:\n" + "\n".join(f"  {name}: {why}" for name, why in problems.items()))
 
@@ -157,6 +74,7 @@ class MachinesBackend(Backend):
     remote_shaping = True           # each machine probes its own kernel (machine-check)
     fidelity_probe = False          # `orchestrator probe` across machines is not built yet
     state_survives_reboot = True    # the machines keep their parts when this one reboots
+    driver_class = MachinesDriver
 
     def __init__(self, inventory: str | Path | None = None, known_hosts: str | Path | None = None,
                  accept_new_host_keys: bool = False, strict: bool = False, sets: list[str] | None = None,
@@ -369,8 +287,12 @@ class MachinesBackend(Backend):
                *(["-t"] if sys.stdin.isatty() else []), f"{h.user}@{h.ssh_host}", shlex.join(remote)]
         return subprocess.call(ssh, stdin=sys.stdin)
 
+    # --- runs ----------------------------------------------------------------------------------------------------
     def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:
-        raise SpecError("`orchestrator run` on a lab over several machines is not built yet: `up --machines` "
-                        "builds the network (docs/machines.md)")
+        from orchestrator.backends import packing
 
-    driver_class = NodeDriver       # no runs yet: check_run refuses them before a driver is made
+        packing.refuse("machines", exp, len(plan.members))    # a member is a process on its machine
+        if plan.groups:
+            raise SpecError("multicast groups are not built across machines yet (docs/machines.md)")
+        if state is None and self.inventory is None:
+            raise SpecError("run --machines needs an inventory")

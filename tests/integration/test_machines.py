@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,133 @@ def test_machines_that_cannot_take_part_are_named_before_anything_is_built(ssh_m
     assert not (tmp_path / "state-controller" / lab).exists()
     for i in (1, 2, 3):
         assert not (tmp_path / f"state-host{i}" / lab).exists()
+
+
+RUN_EXPERIMENT = """\
+name: {name}
+topology: {{kind: tree, nodes: 13, degree: 3, members: all}}
+links: {{rate: 1mbit, delay: 5ms, queue: 64}}
+protocol:
+  gsgc: {{subgroup: 3, step: 1s, fail_k: 8}}
+workload: {{senders: 2, rate_per_s: 1, size_bytes: 64}}
+capture: {{interfaces: access}}
+schedule:
+  - {{at: 6s, action: crash, fraction: 0.2}}
+  - {{at: 4s, action: perturb, count: 1, p: 0.2, duration: 4s}}
+duration: {duration}s
+seed: 2
+"""
+
+
+def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tmp_path):
+    """`run --machines`: the nodes run on the machines holding them, the schedule's crash and pause reach them
+    there, and the run directory gets every member's events, logs and pcaps back with the clock offsets."""
+    m = ssh_machines
+    lab = f"gr{os.getpid() % 100000}"
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14))
+    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
+    plan = prepare(exp).plan
+    r = orch(tmp_path, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
+             "--shaper", "delayline", "--out", str(tmp_path / "runs"), timeout=400)
+    print(r.stderr[-3000:])
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = Path(r.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed", manifest["status"]
+    assert manifest["backend"] == "machines"
+    members = [n.name for n in plan.members]
+    assert sorted(manifest["clock_offsets_s"]) == sorted(members)
+    assert all(abs(o) < 0.01 for o in manifest["clock_offsets_s"].values())     # one kernel clock here
+    assert sorted(manifest["machines"]["stopped"]) == ["host1", "host2", "host3"]
+    for mem in members:
+        assert (run_dir / "events" / f"{mem}.jsonl").stat().st_size > 0, mem
+        assert (run_dir / "pcaps" / f"{mem}-any.pcap").exists(), mem
+    assert len(manifest["captures"]) == len(members)
+    assert manifest["schedule"]["applied_ops"] >= 2
+    # the crash reached the machines: 20 % of 13 members (3) fell silent at 6 s, the others ran to the end
+    last = {mem: json.loads((run_dir / "events" / f"{mem}.jsonl").read_text().splitlines()[-1])["ts"]
+            - manifest["t0_unix"] for mem in members}
+    silent = sorted(mem for mem, t in last.items() if t < 7.0)
+    assert len(silent) == 3 and all(t > 11.0 for mem, t in last.items() if mem not in silent), last
+    assert sorted(p.name for p in (run_dir / "machines").iterdir()) == [
+        f"host{i}-orchestrator.log" for i in (1, 2, 3)]
+    assert sorted(p.name for p in (run_dir / "tc").glob("delayline-*.json")) == [
+        f"delayline-host{i}.json" for i in (1, 2, 3)]
+    assert lab_namespaces(lab) == []                   # the run built the lab and removed it everywhere
+    for i in (1, 2, 3):
+        assert not Path(m.workdir(i), lab).exists()
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def cut_ssh_session(m: SshHosts, i: int, needle: str) -> list[int]:
+    """SIGKILL the sshd processes serving the session whose command line holds `needle` on machine i (not its
+    listener): the controller's connection breaks as when the network to the machine goes away, and the remote
+    command loses its stdin."""
+    listener = m.sshd[i - 1].pid
+    found = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and needle in _cmdline(p)]
+    killed = []
+    for pid in found:
+        try:
+            p = _ppid(pid)
+            while p > 1 and p != listener:
+                if _comm(p) == "sshd":
+                    os.kill(p, 9)
+                    killed.append(p)
+                p = _ppid(p)
+        except (OSError, ValueError):
+            continue
+    return killed
+
+
+def test_a_machines_ssh_session_cut_mid_run_is_reported_and_the_lab_removed_everywhere(ssh_machines, tmp_path):
+    m = ssh_machines
+    lab = f"gs{os.getpid() % 100000}"
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=40).replace("capture: {interfaces: access}\n", ""))
+    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
+    proc = subprocess.Popen([*ORCH, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
+                             "--shaper", "tbf", "--out", str(tmp_path / "runs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "NO_COLOR": "1",
+                                 "ORCHESTRATOR_STATE_DIR": str(tmp_path / "state-controller")})
+    try:
+        run_dir = Path(proc.stdout.readline().strip())
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (run_dir / "manifest.json").exists() and \
+                    json.loads((run_dir / "manifest.json").read_text()).get("status") == "running":
+                break
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.2)
+        time.sleep(3)
+        part = f"{m.workdir(2)}/{lab}/part.json"
+        assert cut_ssh_session(m, 2, f"machine-agent {lab} --part {part}"), "no session to cut"
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            orch(tmp_path, "teardown", "--all")
+    assert proc.returncode != 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    print(f"\nstatus: {manifest['status']}")
+    assert manifest["status"].startswith("failed: machine host2:") and "session" in manifest["status"], manifest
+    assert "host2" in manifest["machines"]["not_stopped"]
+    log = (run_dir / "orchestrator.log").read_text()
+    assert "machine host2: reconnected; its agent has stopped" in log, log[-2000:]
+    # host2's members' files were collected after all, up to the cut
+    assert len(list((run_dir / "events").glob("h*.jsonl"))) == 13
+    # the lab is gone from every machine, and no agent or node outlived the run
+    assert lab_namespaces(lab) == []
+    assert not (tmp_path / "state-controller" / lab).exists()
+    for i in (1, 2, 3):
+        assert not Path(m.workdir(i), lab).exists()
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and f"machine-agent {lab}" in _cmdline(p)]

@@ -106,3 +106,72 @@ def test_up_machines_refuses_other_backends_before_anything(tmp_path):
     inv.write_text("[testbed]\nm1\n")
     r = CliRunner().invoke(app, ["up", str(exp), "--machines", str(inv), "--backend", "docker"])
     assert isinstance(r.exception, SpecError) and "takes no --backend" in str(r.exception), r.output
+
+
+# --- a run over several machines: what comes back ----------------------------------------------------------------
+def test_only_a_machines_own_files_come_back_and_nothing_outside_the_run_directory():
+    nodes = {"h1", "h12", "r0"}
+    c = lambda name: mach.collected_name(name, nodes, "m2")  # noqa: E731
+    assert c("./events/h1.jsonl") == "events/h1.jsonl"
+    assert c("events/h12.jsonl") == "events/h12.jsonl"
+    assert c("events/h2.jsonl") is None                      # another machine's member
+    assert c("logs/h1.log") == "logs/h1.log" and c("logs/h1-tcpdump.log") == "logs/h1-tcpdump.log"
+    assert c("pcaps/h12-any.pcap") == "pcaps/h12-any.pcap"
+    assert c("pcaps/r0-r0-eth1.pcap") == "pcaps/r0-r0-eth1.pcap"   # an interface name with '-'
+    assert c("pcaps/h2-any.pcap") is None and c("pcaps/h1.txt") is None
+    assert c("tc/h1.json") == "tc/h1.json" and c("tc/delayline.json") == "tc/delayline-m2.json"
+    assert c("orchestrator.log") == "machines/m2-orchestrator.log"
+    for bad in ("../etc/passwd", "events/../../x.jsonl", "/etc/passwd", "events/sub/h1.jsonl", "manifest.json",
+                "configs/h1.json", "events/", ""):
+        assert c(bad) is None, bad
+
+
+def test_member_cpu_and_budgets_of_the_machines_add_up():
+    a = {"processes": 4, "cpu_s": 2.0, "uptime_s": 10.0, "cores": 0.2, "run_cpu_s": 1.0, "run_wall_s": 8.0,
+         "run_cores": 0.125}
+    b = {"processes": 6, "cpu_s": 3.0, "uptime_s": 12.0, "cores": 0.25, "run_cpu_s": 2.0, "run_wall_s": 8.1,
+         "run_cores": 0.247}
+    got = mach.merge_member_cpu([a, None, b])
+    assert got == {"processes": 10, "cpu_s": 5.0, "uptime_s": 12.0, "cores": round(5.0 / 12.0, 4), "run_cpu_s": 3.0,
+                   "run_wall_s": 8.1, "run_cores": 0.372, "machines": 2}
+    assert mach.merge_member_cpu([None, None]) is None
+    ba = {"enforced": True, "mechanism": "cgroup v1 CFS bandwidth", "cpu": 0.5, "dilation": 2, "units": {"u1": {}}}
+    bb = {**ba, "units": {"u2": {"members": 1}}}
+    assert mach.merge_budgets([ba, bb]) == {**ba, "units": {"u1": {}, "u2": {"members": 1}}}
+    assert mach.merge_budgets([ba, {**bb, "enforced": False}])["enforced"] is False
+
+
+def test_clock_warnings_flag_coarse_offsets_drift_and_a_missing_end():
+    o = lambda off, err: {"offset_s": off, "error_s": err}  # noqa: E731
+    start = {"m1": o(0.001, 0.0002), "m2": o(-0.002, 0.009), "m3": o(0.0, 0.0001)}
+    end = {"m1": o(0.0075, 0.0002), "m2": o(-0.002, 0.0001)}
+    w = mach.clock_warnings(start, end, 0.005)
+    assert len(w) == 3
+    assert w[0].startswith("clock of m1: drifted +6.500 ms")
+    assert w[1].startswith("clock of m2: offset -2.000 ms known only to ±9.000 ms")
+    assert w[2] == "clock of m3: not measured at the end of the run (drift unknown)"
+    assert mach.clock_warnings({"m1": o(0.1, 0.0001)}, {"m1": o(0.1001, 0.0001)}, 0.005) == []
+
+
+def test_the_agents_line_protocol_and_its_cleanup_when_the_session_ends():
+    import io
+
+    from orchestrator.backends.machineagent import serve
+
+    class Stub:
+        closed = False
+
+        def handle(self, req):
+            return {"ok": True, "echo": req["op"]}
+
+        def close(self):
+            self.closed = True
+
+    for tail, bye in ((b'{"op": "bye"}\n{"op": "never"}\n', True), (b"", False)):   # bye, or stdin closing
+        stub, out = Stub(), io.StringIO()
+        serve(stub, io.BytesIO(b'{"op": "time"}\nnot json\n\n' + tail), out)
+        lines = [json.loads(x) for x in out.getvalue().splitlines()]
+        assert lines[0]["ok"] and "t" in lines[0]                         # the hello
+        assert lines[1] == {"ok": True, "echo": "time"}
+        assert lines[2] == {"ok": False, "error": "not JSON", "kind": "spec"}
+        assert len(lines) == 3 and stub.closed, bye
