@@ -281,7 +281,7 @@ capture: {{interfaces: access}}
 schedule:
   - {{at: 6s, action: crash, fraction: 0.2}}
   - {{at: 4s, action: perturb, count: 1, p: 0.2, duration: 4s}}
-duration: {duration}s
+{extra}duration: {duration}s
 seed: 2
 """
 
@@ -292,9 +292,13 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
     m = ssh_machines
     lab = f"gr{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
-    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14))
-    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14, extra=""))
     plan = prepare(exp).plan
+    # a partition of the second shard's root: its uplink is a cut link (a tunnel), cut on both machines' sides
+    cut = shard_plan(plan, ["host1", "host2", "host3"]).cut[0]
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14, extra=(
+        f"  - {{at: 8s, action: partition, subtree: {cut.child}}}\n  - {{at: 10s, action: heal}}\n")))
+    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
     r = orch(tmp_path, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
              "--shaper", "delayline", "--out", str(tmp_path / "runs"), timeout=400)
     print(r.stderr[-3000:])
@@ -321,6 +325,10 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
         f"host{i}-orchestrator.log" for i in (1, 2, 3)]
     assert sorted(p.name for p in (run_dir / "tc").glob("delayline-*.json")) == [
         f"delayline-host{i}.json" for i in (1, 2, 3)]
+    link = plan.link_of(cut.parent, cut.child).id
+    for machine, direction in ((cut.parent_machine, "down"), (cut.child_machine, "up")):
+        q = json.loads((run_dir / "tc" / f"delayline-{machine}.json").read_text())["queues"][f"{link}/{direction}"]
+        assert q["cut_dropped"] > 0 and not q["cut"], (machine, direction, q)   # cut during 8-10 s, then healed
     assert lab_namespaces(lab) == []                   # the run built the lab and removed it everywhere
     for i in (1, 2, 3):
         assert not Path(m.workdir(i), lab).exists()
@@ -358,7 +366,7 @@ def test_a_machines_ssh_session_cut_mid_run_is_reported_and_the_lab_removed_ever
     m = ssh_machines
     lab = f"gs{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
-    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=40).replace("capture: {interfaces: access}\n", ""))
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=40, extra="").replace("capture: {interfaces: access}\n", ""))
     inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
     proc = subprocess.Popen([*ORCH, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
                              "--shaper", "tbf", "--out", str(tmp_path / "runs")],
