@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
 setup: system venv docker-engine
 
 system:
@@ -362,6 +362,15 @@ repro-budgets: setup
 	    --set members=66 --set p=$$p --set span=61s --set cpu=1.0 --set seed=$$s --dilation auto --out $$d; \
 	  done; done
 	$(PY) -m analysis.figures_pbcast $(REPRO_OUT)/pbcast-fig12-budget/s*/p*/f1-* --out docs/results/pbcast-fig12-budget
+
+# One lab over several machines (issue #35; docs/machines.md): the demo 3 times on this machine and 3 times split over
+# three "machines" made on it (namespaces with their own sshd, the cut links VXLAN tunnels between them), the key
+# metrics side by side, the load logged beside. Resumable (finished runs are skipped); about 15 minutes.
+MC := $(REPRO_OUT)/machines
+repro-machines: setup
+	$(PY) -m experiments.busy --loops 0 --load-log $(MC)/load.log -- $(PY) -m experiments.machines_demo $(MC)
+	$(PY) -m analysis.machines_compare $(MC)/one/demo $(MC)/split/demo --out docs/results/machines
+	cp $(MC)/load.log docs/results/machines/load.log
 
 # The same small experiment of each protocol family under netem (in the netem VM, at dilation 5: Python there runs
 # ~20x slower) and under the delay line on this machine (dilation 1; virtual time's transparency on these

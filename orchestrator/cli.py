@@ -14,8 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import lab as labmod
-from orchestrator.clikit import (CPU_FROM_HELP, DILATION_HELP, BackendName, BarProgress, ShaperName, parse_cpu_from,
-                                 parse_dilation, parse_sets as _parse_sets)
+from orchestrator.clikit import (CPU_FROM_HELP, DILATION_HELP, MACHINES_HELP, BackendName, BarProgress, ShaperName,
+                                 machines_options as _machines_options, parse_cpu_from, parse_dilation,
+                                 parse_sets as _parse_sets)
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.fidelity import PING_IP_BYTES
 from orchestrator.graph import draw_png, to_dot
@@ -63,22 +64,6 @@ def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | Non
         load(inventory)
     return {"inventory": inventory, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
             "strict": strict, "allow_unenforced_cpu": allow_unenforced_cpu}
-
-
-MACHINES_HELP = ("Build the lab over several machines: an Ansible INI/YAML inventory (group 'testbed'; each machine "
-                 "root, this orchestrator installed, an underlay address testbed_address; docs/machines.md).")
-
-
-def _machines_options(machines: Path, backend: str, inventory: Path | None, part: Path | None, known_hosts,
-                      accept_new: bool, strict: bool, sets, dilation: str | None) -> dict:
-    if backend != "mininet" or inventory is not None or part is not None:
-        raise SpecError("--machines builds network namespaces on every machine: it takes no --backend, "
-                        "--inventory or --part")
-    from orchestrator.hosts.inventory import load
-
-    load(machines)                        # the inventory is input: checked before anything is built
-    return {"inventory": machines, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
-            "strict": strict, "sets": list(sets or []), "dilation": dilation}
 
 
 def _load_part(path: Path, backend: str, plan):

@@ -13,8 +13,8 @@ from rich.table import Column, Table
 
 from rich.console import Console
 
-from orchestrator.clikit import (CPU_FROM_HELP, DILATION_HELP, BackendName, BarProgress, ShaperName, parse_cpu_from,
-                                 parse_dilation, parse_sets)
+from orchestrator.clikit import (CPU_FROM_HELP, DILATION_HELP, MACHINES_HELP, BackendName, BarProgress, ShaperName,
+                                 machines_options, parse_cpu_from, parse_dilation, parse_sets)
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.units import parse_time
 
@@ -106,6 +106,11 @@ def sweep(
                                               "schedule's actions) exceeds this is unfaithful."),
     dilation: Optional[str] = typer.Option(None, "--dilation", help=DILATION_HELP),
     cpu_from: Optional[Path] = typer.Option(None, "--cpu-from", help=CPU_FROM_HELP),
+    machines: Optional[Path] = typer.Option(None, "--machines", help=MACHINES_HELP),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts",
+                                               help="--machines: known_hosts file the host keys are checked against."),
+    accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys",
+                                              help="--machines: accept and record unknown host keys."),
 ) -> None:
     """Run every point of a sweep (the axes' cartesian product x repetitions), one run directory per point;
     resumable: finished points are skipped. --parallel K runs K points at once when they fit the machine; every
@@ -115,8 +120,16 @@ def sweep(
 
     if engine not in ("spark", "events"):
         raise SpecError(f"--engine {engine!r}: spark or events")
+    backend_options: dict = {}
+    if machines is not None:
+        backend_options = machines_options(machines, getattr(backend, "value", backend), None, None, known_hosts,
+                                           accept_new_host_keys, strict_shaping, set_, None)
+        backend = "machines"
+    elif known_hosts is not None or accept_new_host_keys:
+        raise SpecError("--known-hosts and --accept-new-host-keys need --machines")
     opts = _sweep_options(SweepOptions, out_dir, only, axis, repetitions, backend, shaper, strict_shaping, analyze,
-                          master, engine=engine, parallel=parallel, rerun_unfaithful=rerun_unfaithful,
+                          master, engine=engine, backend_options=backend_options, parallel=parallel,
+                          rerun_unfaithful=rerun_unfaithful,
                           measure_first=measure_first, max_hold_p99_ms=max_hold_p99_ms, max_lag_p99_ms=max_lag_p99_ms,
                           dilation=parse_dilation(dilation), cpu_from=parse_cpu_from(cpu_from))
     t0 = time.monotonic()

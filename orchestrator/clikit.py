@@ -1,7 +1,8 @@
-"""Pieces the command modules share: the progress display and `--set` parsing."""
+"""Pieces the command modules share: the progress display, `--set` parsing, `--machines`."""
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
@@ -87,3 +88,19 @@ def parse_sets(sets: list[str] | None) -> dict[str, str]:
         k, v = item.split("=", 1)
         variables[k] = v
     return variables
+
+
+MACHINES_HELP = ("Build the lab over several machines: an Ansible INI/YAML inventory (group 'testbed'; each machine "
+                 "root, this orchestrator installed, an underlay address testbed_address; docs/machines.md).")
+
+
+def machines_options(machines: Path, backend: str, inventory: Path | None, part: Path | None, known_hosts,
+                      accept_new: bool, strict: bool, sets, dilation: str | None) -> dict:
+    if backend != "mininet" or inventory is not None or part is not None:
+        raise SpecError("--machines builds network namespaces on every machine: it takes no --backend, "
+                        "--inventory or --part")
+    from orchestrator.hosts.inventory import load
+
+    load(machines)                        # the inventory is input: checked before anything is built
+    return {"inventory": machines, "known_hosts": known_hosts, "accept_new_host_keys": accept_new,
+            "strict": strict, "sets": list(sets or []), "dilation": dilation}

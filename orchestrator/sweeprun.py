@@ -166,6 +166,7 @@ def _run_sequential(todo, prepared, root, index, opts, progress, on_point, done,
                 before = set(pdir.iterdir())
                 try:
                     run_dir = run_experiment(exp_file, RunOptions(backend=opts.backend, out=pdir, shaper=opts.shaper,
+                                                                  backend_options=opts.backend_options,
                                                                   strict=opts.strict, probe_links=opts.probe_links,
                                                                   probe_paths=opts.probe_paths,
                                                                   measured=measured_cpu(index.data["points"])

@@ -27,6 +27,7 @@ class SweepOptions:
     axes: dict[str, list[Any]] = field(default_factory=dict)   # --axis overrides
     repetitions: int | None = None
     backend: str = "mininet"
+    backend_options: dict = field(default_factory=dict)   # --machines: the inventory and host-key options
     shaper: str = "auto"
     strict: bool = False
     analyze: bool = True
