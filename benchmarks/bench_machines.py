@@ -6,8 +6,9 @@ The default experiment is the GSGC 1000-node tree's network (topologies/gsgc-spa
 members, 30 kbit/s + 5 ms links) without its multicast group (a split lab has none yet: docs/machines.md).
 
 The "machines" are network namespaces on a bridge, each with its own underlay address, on this one machine (as
-tests/integration/test_machines.py makes them): each builds its part with `orchestrator up --part` inside its
-namespace, all at once, as the controller will start them. The split's wall time is the slowest part's (they
+tests/integration/test_machines.py makes them): first each builds its part with `orchestrator up --part` inside its
+namespace, all at once (the parts alone); then the same through a controller, `up --machines` (each machine with its
+own sshd: the checks over SSH, then the parts at once) and `teardown` from the controller. The split's wall time is the slowest part's (they
 share this machine's cores, so the ratio measures what splitting adds, not what separate machines would gain).
 Also printed, as the floor: ../shared/tools/raw_tree_floor.py N DEGREE --shaped. Needs root; leaves nothing.
 """
@@ -117,6 +118,21 @@ def main() -> None:
                              envs)
     finally:
         remove_machines(k)
+
+    # The whole path from a controller: `up --machines` (machine checks over SSH, sharding, parts built by the
+    # machines' own orchestrators) and `teardown` from the controller.
+    from tests.integration.sshhosts import SshHosts
+
+    hosts = SshHosts(k, share_mounts=True).start()
+    try:
+        entries = [{"orchestrator": sys.executable, "state_dir": str(tmp / f"state-host{i}")} for i in range(1, k + 1)]
+        inv = hosts.inventory_file(tmp / "inventory.ini", entries)
+        cenv = {**os.environ, "ORCHESTRATOR_STATE_DIR": str(tmp / "controller")}
+        ctl_up = run_all([[*ORCH, "up", args.experiment, "--name", lab, "--shaper", args.shaper, "--machines",
+                           str(inv), "--known-hosts", str(hosts.known_hosts)]], [cenv])
+        ctl_down = run_all([[*ORCH, "teardown", lab]], [cenv])
+    finally:
+        hosts.close()
     left = [p.name for p in Path("/run/netns").glob(f"{prep.lab}-*")] + [p.name for p in Path("/run/netns").glob(
         f"{lab}-*")]
     print(f"{n} nodes, degree {prep.experiment.topology.degree}, shaper {args.shaper}; {k} machines, shards of "
@@ -126,6 +142,9 @@ def main() -> None:
     print(f"  up, {k} machines at once   {split_up:7.2f} s   split / one = {split_up / one_up:.2f}x (goal <= 1.2x)")
     print(f"  teardown, one machine     {one_down:7.2f} s")
     print(f"  teardown, {k} machines     {split_down:7.2f} s")
+    print(f"  up --machines (controller) {ctl_up:6.2f} s   controller / one = {ctl_up / one_up:.2f}x (checks over "
+          f"SSH, then the parts at once)")
+    print(f"  teardown (controller)     {ctl_down:7.2f} s")
     if floor is not None:
         print(f"  raw floor, shaped         {floor:7.2f} s   one / floor = {one_up / floor:.2f}x")
     print(f"  left after teardown: {', '.join(left) or 'nothing'}")

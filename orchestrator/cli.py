@@ -368,16 +368,24 @@ def probe(
     if json_:
         print(json.dumps(res, indent=1))
         return
-    t = Table("src", "dst", "hops", "configured", "emulated", "measured", "error", "error %", "rcvd/sent",
-              title=f"RTT in ms: configured, what shaper {res['shaper']} emulates, measured median "
-                    f"({PING_IP_BYTES}-byte IP pings)")
+    split = bool(res.get("underlay_rtt_ms"))          # a lab over several machines: cut links cross the underlay
+    t = Table("src", "dst", "hops", "configured", "emulated", *(["underlay"] if split else []), "measured", "error",
+              "error %", "rcvd/sent",
+              title=f"RTT in ms: configured, what shaper {res['shaper']} emulates, "
+                    + ("the underlay's round trips under the cut links crossed, " if split else "")
+                    + f"measured median ({PING_IP_BYTES}-byte IP pings)")
     for p in res["paths"]:
         med, e = p["median_rtt_ms"], p["error_ms"]
-        pct = f"{100 * e / p['emulated_rtt_ms']:+.1f}" if e is not None and p["emulated_rtt_ms"] else "-"
+        target = p["emulated_rtt_ms"] + p.get("underlay_ms", 0.0)
+        pct = f"{100 * e / target:+.1f}" if e is not None and target else "-"
+        under = [f"{p['underlay_ms']:.3f} ({p['cut_links']} cut)" if p.get("cut_links") else "-"] if split else []
         t.add_row(p["src"], p["dst"], str(p["hops"]), f"{p['expected_rtt_ms']:.2f}", f"{p['emulated_rtt_ms']:.2f}",
-                  "-" if med is None else f"{med:.2f}", "-" if e is None else f"{e:+.2f}", pct,
+                  *under, "-" if med is None else f"{med:.2f}", "-" if e is None else f"{e:+.2f}", pct,
                   f"{p['received']}/{p['sent']}")
     out.print(t)
+    if split:
+        out.print("underlay RTT per cut link (ms, real): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in sorted(res["underlay_rtt_ms"].items())))
     out.print(f"loss: {res['sent'] - res['received']} of {res['sent']} pings lost "
               f"(expected {res['expected_lost']:.1f} from the configured loss)")
     r = res["rate"]

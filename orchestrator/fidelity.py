@@ -35,6 +35,13 @@ class PathProbe:
     rtt_ms: list[float] | None = None
     expected_loss: float = 0.0
     min_gap_ms: float = 0.0          # pings closer than this would queue behind each other (2 x the slowest hop)
+    cut_links: int = 0               # a lab over several machines: the cut links (tunnels) the path crosses
+    underlay_ms: float = 0.0         # their underlay's round trips, added to the expectation
+
+    @property
+    def target_ms(self) -> float:
+        """What the RTT should be: the shaper's emulated RTT plus the underlay's under the cut links crossed."""
+        return self.emulated_rtt_ms + self.underlay_ms
 
     @property
     def median_ms(self) -> float | None:
@@ -43,7 +50,7 @@ class PathProbe:
     def to_json(self) -> dict:
         d = asdict(self)
         d["median_rtt_ms"] = self.median_ms
-        d["error_ms"] = None if self.median_ms is None else self.median_ms - self.emulated_rtt_ms
+        d["error_ms"] = None if self.median_ms is None else self.median_ms - self.target_ms
         d["loss_measured"] = 1 - self.received / self.sent if self.sent else None
         return d
 
@@ -259,11 +266,11 @@ def disjoint_batches(plan: NetworkPlan, probes: list[PathProbe]) -> list[list[Pa
 
 
 def summary(probes: list[PathProbe], shaper: str, rate: RateSample | None = None,
-            parameters: dict | None = None, dilation: float = 1.0) -> dict:
+            parameters: dict | None = None, dilation: float = 1.0, underlay_ms: dict | None = None) -> dict:
     """The probe's result (fidelity.json): every RTT probe, the error extremes, loss counts, the rate sample."""
     errs = [abs(p.to_json()["error_ms"]) for p in probes if p.median_ms is not None]
-    rel = [abs(p.to_json()["error_ms"]) / p.emulated_rtt_ms for p in probes
-           if p.median_ms is not None and p.emulated_rtt_ms > 0]
+    rel = [abs(p.to_json()["error_ms"]) / p.target_ms for p in probes
+           if p.median_ms is not None and p.target_ms > 0]
     sent = sum(p.sent for p in probes)
     return {
         "shaper": shaper,
@@ -276,23 +283,44 @@ def summary(probes: list[PathProbe], shaper: str, rate: RateSample | None = None
         "rate": rate.to_json() if rate else None,
         "parameters": parameters,
         "dilation": dilation,          # every time above is virtual (the real ones / dilation)
+        **({"underlay_rtt_ms": underlay_ms} if underlay_ms else {}),    # per cut link, real ms
     }
 
 
+def with_underlay(probes: list[PathProbe], plan: NetworkPlan, underlay_ms: dict[str, float],
+                  dilation: float = 1.0) -> None:
+    """Each probe's cut links and their underlay's round trips (`underlay_ms`: real ms per cut link id; the
+    probe's times are virtual, so / `dilation`): a ping crossing a tunnel also crosses the network between the
+    machines, which the shaping does not include. Pure."""
+    for p in probes:
+        hops = path(plan, p.src, p.dst)
+        crossed = [lk.id for a, b in zip(hops, hops[1:]) if (lk := plan.link_of(a, b)).id in underlay_ms]
+        p.cut_links = len(crossed)
+        p.underlay_ms = sum(underlay_ms[x] for x in crossed) / dilation
+
+
 def probe(plan: NetworkPlan, shaper: str, popen, links: int = 4, paths: int = 2, count: int = 10,
-          seed: int = 0, rate: bool = True, parameters: dict | None = None, dilation: float = 1.0) -> dict:
+          seed: int = 0, rate: bool = True, parameters: dict | None = None, dilation: float = 1.0,
+          underlay_ms: dict[str, float] | None = None) -> dict:
     """The whole probe on a running network: `links` one-hop RTTs, `paths` multi-hop member paths, a rate
     sample. `popen(node, argv, **kw)` runs a command inside a node. `dilation`: the lab's (its shaping realises
-    the plan's parameters dilated); the results are in virtual time, against the plan's parameters."""
-    probes = plan_hop_probes(plan, shaper, links, seed)
+    the plan's parameters dilated); the results are in virtual time, against the plan's parameters. A lab over
+    several machines gives `underlay_ms` (each cut link's underlay RTT, real ms): every cut link is probed hop by
+    hop as well, and every path is held to the formula plus the underlay under the cut links it crosses."""
+    cut = dict(underlay_ms or {})
+    probes = [_probe(plan, shaper, lk.parent, lk.child) for lk in plan.links if lk.id in cut]
+    seen = {(p.src, p.dst) for p in probes}
+    probes += [p for p in plan_hop_probes(plan, shaper, links, seed) if (p.src, p.dst) not in seen]
     seen = {(p.src, p.dst) for p in probes}
     probes += [p for p in plan_probes(plan, shaper, paths + 1, seed) if p.hops > 1 and (p.src, p.dst) not in seen
                ][:paths]
+    if cut:
+        with_underlay(probes, plan, cut, dilation)
     measure(probes, plan, popen, count=count, dilation=dilation)
     sample = plan_rate_sample(plan, shaper, dilation=dilation) if rate else None
     if sample is not None:
         measure_rate(sample, plan, popen)
-    return summary(probes, shaper, sample, parameters, dilation)
+    return summary(probes, shaper, sample, parameters, dilation, cut)
 
 
 # --- judges of a finished run: did the machine keep up? (`orchestrator sweep` records them per point) ----------

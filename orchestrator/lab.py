@@ -338,5 +338,7 @@ def probe_network(lab: str, links: int = 4, paths: int = 2, count: int = 10, see
     from orchestrator import fidelity
 
     state, plan, popen = _healthy_lab(lab)
+    underlay = get_backend(state.backend).underlay_rtts(state, plan)
     return fidelity.probe(plan, state.shaper, popen, links=links, paths=paths, count=count, seed=seed, rate=rate,
-                          parameters=shaping_parameters(plan, state.shaper), dilation=state.dilation)
+                          parameters=shaping_parameters(plan, state.shaper), dilation=state.dilation,
+                          underlay_ms=underlay)

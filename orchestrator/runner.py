@@ -482,7 +482,8 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             progress.note("fidelity probe ...")
             fsum = fid.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),
                              links=opts.probe_links, paths=opts.probe_paths, seed=exp.seed,
-                             parameters=shapers.parameters(plan, state.shaper), dilation=clock.dilation)
+                             parameters=shapers.parameters(plan, state.shaper), dilation=clock.dilation,
+                             underlay_ms=backend.underlay_rtts(state, plan))
             (p.run_path / schema.FIDELITY).write_text(json.dumps(fsum, indent=1))
             running["fidelity"] = {**{k: fsum[k] for k in ("max_abs_error_ms", "max_rel_error", "sent", "received",
                                                           "expected_lost")},

@@ -260,6 +260,11 @@ class Backend(ABC):
         """The shaper's own per-link-direction counters, when it keeps any (the delay line does)."""
         return None
 
+    def underlay_rtts(self, state: LabState, plan: NetworkPlan) -> dict[str, float] | None:
+        """A lab over several machines: each cut link's underlay round trip now (real ms, by link id), which the
+        fidelity probe adds to the formula of the paths crossing it. None: every link is emulated here."""
+        return None
+
     def multicast_routes(self, state: LabState, changes: dict[str, dict]) -> dict:
         """Change the lab's multicast routes at run time (only backends that route groups: `up` refuses groups
         on the others)."""

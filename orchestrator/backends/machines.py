@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def _problems_error(problems: dict[str, str], what: str) -> SpecError:
 class MachinesBackend(Backend):
     name = "machines"
     remote_shaping = True           # each machine probes its own kernel (machine-check)
-    fidelity_probe = False          # `orchestrator probe` across machines is not built yet
+    fidelity_probe = True           # popen in a node: over SSH to its machine; cut links held to formula + underlay
     state_survives_reboot = True    # the machines keep their parts when this one reboots
     driver_class = MachinesDriver
 
@@ -272,20 +273,67 @@ class MachinesBackend(Backend):
                 return next(Host(**h) for h in record["hosts"] if h["name"] == s["machine"])
         raise SpecError(f"lab {state.lab} has no node {node!r}")
 
+    def _ssh(self, state: LabState, h: Host, tty: bool = False) -> list[str]:
+        """The OpenSSH client to `h` (its key, the lab's known_hosts, nothing prompted)."""
+        record = self.load_record(state) or {}
+        return ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o",
+                f"UserKnownHostsFile={record.get('known_hosts')}", "-o", "GlobalKnownHostsFile=/dev/null",
+                "-o", "StrictHostKeyChecking=yes", "-i", h.key, "-p", str(h.ssh_port), *(["-t"] if tty else []),
+                f"{h.user}@{h.ssh_host}"]
+
+    def _in_node(self, state: LabState, node: str, argv: list[str]) -> tuple[Host, list[str]]:
+        """`orchestrator exec LAB NODE -- ARGV` on the node's machine (this interpreter's path in ARGV becomes the
+        machine's)."""
+        h = self.machine_of(state, node)
+        argv = [(h.orchestrator or sys.executable) if a == sys.executable else a for a in argv]
+        return h, mach.remote_argv(h, ["exec", state.lab, node, "--", *argv], sys.executable)
+
     def exec(self, state: LabState, node: str, argv: list[str]) -> int:
         """`argv` in `node`'s namespace on its machine (OpenSSH client with a terminal when this one has one)."""
         if argv[:1] == ["--"]:
             argv = argv[1:]
         if not argv:
             raise SpecError("exec: give the command after `--`")
-        h = self.machine_of(state, node)
+        h, remote = self._in_node(state, node, argv)
+        return subprocess.call([*self._ssh(state, h, tty=sys.stdin.isatty()), shlex.join(remote)], stdin=sys.stdin)
+
+    def popen(self, state: LabState, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
+        """`argv` in `node` on its machine, over SSH (the probe's pings and rate sample: what they measure is
+        timed inside the node, not through SSH)."""
+        h, remote = self._in_node(state, node, argv)
+        ssh = self._ssh(state, h)
+        if "stdin" not in kwargs:
+            ssh.insert(1, "-n")
+        return subprocess.Popen([*ssh, shlex.join(remote)], **kwargs)
+
+    def underlay_rtts(self, state: LabState, plan: NetworkPlan) -> dict[str, float] | None:
+        """Each cut link's underlay RTT: the median of 5 pings from the parent's machine to the child's underlay
+        address (real ms)."""
         record = self.load_record(state) or {}
-        remote = mach.remote_argv(h, ["exec", state.lab, node, "--", *argv], sys.executable)
-        ssh = ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o",
-               f"UserKnownHostsFile={record.get('known_hosts')}", "-o", "GlobalKnownHostsFile=/dev/null",
-               "-o", "StrictHostKeyChecking=yes", "-i", h.key, "-p", str(h.ssh_port),
-               *(["-t"] if sys.stdin.isatty() else []), f"{h.user}@{h.ssh_host}", shlex.join(remote)]
-        return subprocess.call(ssh, stdin=sys.stdin)
+        cut = (record.get("sharding") or {}).get("cut_links") or []
+        if not cut:
+            return None
+        hosts = {h["name"]: Host(**h) for h in record["hosts"]}
+        machines, problems = connect([hosts[n] for n in sorted({c["parent_machine"] for c in cut})],
+                                     Path(record["known_hosts"]), False)
+        try:
+            if problems:
+                raise BackendError("cannot measure the underlay: " + "; ".join(f"{n}: {w}"
+                                                                               for n, w in problems.items()))
+            out = {}
+            for c in cut:
+                m, dst = machines[c["parent_machine"]], hosts[c["child_machine"]].address
+                argv = ["ping", "-n", "-c", "5", "-i", "0.2", "-W", "2", dst]
+                rc, text, err = m.call((["sudo", "-n", "--"] if m.host.become else []) + argv, timeout_s=30)
+                rtts = sorted(float(x) for x in re.findall(r"time=([\d.]+) ms", text))
+                if not rtts:
+                    raise BackendError(f"machine {m.host.name} cannot ping {c['child_machine']}'s underlay address "
+                                       f"{dst}: {(err or text).strip()[-200:]}")
+                out[plan.link_of(c["parent"], c["child"]).id] = rtts[len(rtts) // 2]
+            return out
+        finally:
+            for m in machines.values():
+                m.close()
 
     # --- runs ----------------------------------------------------------------------------------------------------
     def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:

@@ -186,6 +186,19 @@ def test_up_over_three_machines_from_the_controller_and_teardown_everywhere(ssh_
         assert st.returncode == 0, st.stdout + st.stderr
         ex = orch(tmp_path, "exec", lab, b, "--", "ip", "-o", "-4", "addr", "show")
         assert ex.returncode == 0 and plan.node(b).address in ex.stdout, ex.stdout + ex.stderr
+        # the fidelity probe through the controller: every cut link probed, held to the formula plus the underlay
+        pr = orch(tmp_path, "probe", lab, "--links", "1", "--paths", "1", "--count", "5", "--json")
+        assert pr.returncode == 0, pr.stderr
+        res = json.loads(pr.stdout)
+        cut_ids = {lk.id for lk in plan.links if owner[lk.parent] != owner[lk.child]}
+        assert set(res["underlay_rtt_ms"]) == cut_ids and all(0 < v < 5 for v in res["underlay_rtt_ms"].values())
+        hop = {(p["src"], p["dst"]): p for p in res["paths"]}
+        for lk in plan.links:
+            if lk.id in cut_ids:
+                p = hop[(lk.parent, lk.child)]
+                assert p["cut_links"] == 1 and p["received"] == 5, p
+                assert -0.2 <= p["error_ms"] <= 2.0 * 2, p      # 2 traversals; the formula plus the underlay
+        print(f"probe: underlay {res['underlay_rtt_ms']}, max |error| {res['max_abs_error_ms']:.3f} ms")
     finally:
         down = orch(tmp_path, "teardown", lab)
     assert down.returncode == 0, down.stderr

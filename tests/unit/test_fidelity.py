@@ -92,3 +92,27 @@ def test_shaping_parameters_say_what_each_shaper_gives():
     assert all(n == 6 for hows in dl.values() for n in hows.values())
     tbf = shaping_parameters(plan, "tbf")
     assert any(how.startswith("NOT") for how in tbf["delay"])
+
+
+def test_a_path_across_cut_links_is_held_to_the_formula_plus_the_underlay():
+    """A lab over several machines: each cut link adds its underlay's round trip (real ms, / the dilation) to the
+    paths crossing it; paths that cross none keep the formula."""
+    plan = plan_of(13)
+    a, b = plan.links[0], plan.links[-1]              # two links taken as cut links
+    probes = [fid._probe(plan, "delayline", x, y) for x, y in
+              ((a.parent, a.child), (b.child, a.child), (plan.links[1].parent, plan.links[1].child))]
+    hops = path(plan, b.child, a.child)
+    assert a.id in {plan.link_of(x, y).id for x, y in zip(hops, hops[1:])}
+    fid.with_underlay(probes, plan, {a.id: 0.4, b.id: 0.6}, dilation=2.0)
+    assert (probes[0].cut_links, probes[0].underlay_ms) == (1, pytest.approx(0.2))
+    crossed = {plan.link_of(x, y).id for x, y in zip(hops, hops[1:])} & {a.id, b.id}
+    assert probes[1].cut_links == len(crossed) and probes[1].underlay_ms == pytest.approx(
+        sum({a.id: 0.4, b.id: 0.6}[x] for x in crossed) / 2)
+    if plan.links[1].id not in (a.id, b.id):
+        assert (probes[2].cut_links, probes[2].underlay_ms) == (0, 0.0)
+    p = probes[0]
+    p.sent, p.rtt_ms, p.received = 3, [p.emulated_rtt_ms + 0.2 + 0.05] * 3, 3
+    assert p.to_json()["error_ms"] == pytest.approx(0.05)   # against formula + underlay, not the formula alone
+    s = fid.summary([p], "delayline", underlay_ms={a.id: 0.4})
+    assert s["underlay_rtt_ms"] == {a.id: 0.4} and s["max_abs_error_ms"] == pytest.approx(0.05)
+    assert "underlay_rtt_ms" not in fid.summary([p], "delayline")
