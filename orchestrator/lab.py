@@ -126,9 +126,9 @@ def up(prep: Prepared, backend_name: str = "mininet", shaper: str = "auto", stri
     `dilation`: the time dilation its shaping realises (the plan's link parameters are virtual)."""
     progress = progress or NullProgress()
     backend = backend or get_backend(backend_name, **(backend_options or {}))
-    if prep.plan.groups and backend.remote_shaping:
-        raise SpecError("multicast: groups need the mininet or docker backend (real hosts' own network would have "
-                        "to route them)")
+    if prep.plan.groups and not backend.routes_groups:
+        raise SpecError("multicast: groups need the mininet, docker or --machines backend (real hosts' own network "
+                        "would have to route them)")
     if backend.remote_shaping:
         # Real hosts: each host's kernel is probed when the backend deploys it (it then sets the shaper, the
         # capabilities and the warnings); until then `shaper` is the request.

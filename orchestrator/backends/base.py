@@ -221,6 +221,7 @@ class Backend(ABC):
     fidelity_probe: ClassVar[bool] = True       # `popen` in nodes works: the runner probes the shaping
     state_survives_reboot: ClassVar[bool] = False   # what it creates outlives a reboot: keep the state where it does
     enforces_cpu: ClassVar[bool] = True         # its driver enforces `nodes.cpu` (cgroups, Docker's CPU quota)
+    routes_groups: ClassVar[bool] = True        # it builds multicast groups' routes (real hosts' network does not)
 
     @abstractmethod
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:

@@ -33,6 +33,7 @@ def default_known_hosts() -> Path:
 class HostsBackend(Backend):
     name = "hosts"
     enforces_cpu = False            # a member has its host's CPUs: nodes.cpu only with --allow-unenforced-cpu
+    routes_groups = False           # the hosts' own network would have to route a group
     remote_shaping = True       # lab.up: the hosts probe their own kernels (in `up`), not this machine's
     fidelity_probe = False      # no popen in a member: the links are the real network
     state_survives_reboot = True    # a reboot of this machine leaves the hosts' qdiscs and processes running

@@ -30,7 +30,7 @@ from orchestrator.errors import OrchestratorError, SpecError
 # What the controller may call on the machine's driver (orchestrator.backends.base.NodeDriver's interface).
 METHODS = frozenset({"start_captures", "start_nodes", "await_ready", "start_protocol", "mark_start", "signal",
                      "crash", "kill", "isolate", "pause", "resume", "reconnect", "run_at_once", "control_senders",
-                     "control_members", "set_link", "alive", "check", "stop"})
+                     "control_members", "set_link", "multicast_routes", "alive", "check", "stop"})
 
 
 class Agent:

@@ -142,8 +142,6 @@ class MachinesBackend(Backend):
         return machines, reports
 
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
-        if plan.groups:
-            raise SpecError("multicast groups are not built across machines yet (docs/machines.md)")
         experiment = Path(state.experiment)
         text = experiment.read_bytes()
         machines, reports = self.preflight(plan, state.shaper, progress)
@@ -340,7 +338,5 @@ class MachinesBackend(Backend):
         from orchestrator.backends import packing
 
         packing.refuse("machines", exp, len(plan.members))    # a member is a process on its machine
-        if plan.groups:
-            raise SpecError("multicast groups are not built across machines yet (docs/machines.md)")
         if state is None and self.inventory is None:
             raise SpecError("run --machines needs an inventory")

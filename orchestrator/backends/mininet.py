@@ -125,8 +125,6 @@ class MininetBackend(Backend):
         lab, shaper, part = state.lab, state.shaper, self.part
         names = [n.name for n in plan.nodes if part is None or n.name in part.nodes]
         links = [lk for lk in plan.links if part is None or part.has_link(lk.parent, lk.child)]
-        if part is not None and plan.groups:
-            raise BackendError("multicast groups are not built across machines yet")
         # Checked before the intent is recorded: a failed `up` must not delete namespaces that are not its own.
         clash = netns.existing([ns_name(lab, n) for n in names])
         if clash:
@@ -172,8 +170,9 @@ class MininetBackend(Backend):
         if plan.groups:
             # After the links exist: the daemon registers them (and each member's mc0) as multicast interfaces.
             progress.note("multicast routing ...")
-            mcast.prepare_namespaces(plan, lambda n: ns_name(lab, n))
-            mcast.start(plan, state, lambda n: ns_name(lab, n))
+            here = part.nodes if part is not None else None      # a machine's part: its own nodes' routes
+            mcast.prepare_namespaces(plan, lambda n: ns_name(lab, n), here)
+            mcast.start(plan, state, lambda n: ns_name(lab, n), here)
         state.status = "up"
         state.save()
 

@@ -42,9 +42,10 @@ def sysctls(plan: NetworkPlan, node: str) -> dict[str, str]:
     return out
 
 
-def prepare_namespaces(plan: NetworkPlan, ns_of) -> None:
-    """mc0 and sysctls in every namespace of a group's tree; `ns_of(node)` names a node's namespace."""
-    nodes = [n.name for n in plan.nodes if vifs(plan, n.name)]
+def prepare_namespaces(plan: NetworkPlan, ns_of, only: frozenset[str] | None = None) -> None:
+    """mc0 and sysctls in every namespace of a group's tree; `ns_of(node)` names a node's namespace. `only`: the
+    nodes of this machine's part of a lab over several machines."""
+    nodes = [n.name for n in plan.nodes if vifs(plan, n.name) and (only is None or n.name in only)]
 
     def one(node: str) -> None:
         ns = ns_of(node)
@@ -54,17 +55,20 @@ def prepare_namespaces(plan: NetworkPlan, ns_of) -> None:
     netns.parallel(one, nodes)
 
 
-def render_config(plan: NetworkPlan, ns_path_of, control: str) -> dict:
-    """The daemon's config (pure): every namespace on a group's tree with its vifs and (S,G) routes."""
+def render_config(plan: NetworkPlan, ns_path_of, control: str, only: frozenset[str] | None = None) -> dict:
+    """The daemon's config (pure): every namespace on a group's tree with its vifs and (S,G) routes (`only`: of
+    this machine's part; a cut link's tunnel has the link's interface name, so it is the vif the plan names)."""
     spaces = []
     for n in plan.nodes:
+        if only is not None and n.name not in only:
+            continue
         spec = node_mroute(plan, n.name)
         if spec is not None:
             spaces.append({"node": n.name, "netns": ns_path_of(n.name), **spec})
     return {"control": control, "namespaces": spaces}
 
 
-def start(plan: NetworkPlan, state: LabState, ns_of) -> None:
+def start(plan: NetworkPlan, state: LabState, ns_of, only: frozenset[str] | None = None) -> None:
     """Write the daemon's config, record it in the state, start it and record its pid (BackendError on failure)."""
     sockdir = tempfile.mkdtemp(prefix=f"orch-mr-{state.lab}-")
     config = state.dir / "mrouted.json"
@@ -72,7 +76,7 @@ def start(plan: NetworkPlan, state: LabState, ns_of) -> None:
                     "log": str(state.dir / "mrouted.log"), "sockdir": sockdir}
     state.save()
     config.write_text(json.dumps(render_config(plan, lambda n: str(netns.NETNS_DIR / ns_of(n)),
-                                               state.mroute["control"])))
+                                               state.mroute["control"], only)))
     proc = mrouted.start(config, state.mroute["log"])
     state.mroute["pid"] = proc.pid
     state.save()

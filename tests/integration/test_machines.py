@@ -419,3 +419,68 @@ def test_a_machines_ssh_session_cut_mid_run_is_reported_and_the_lab_removed_ever
     for i in (1, 2, 3):
         assert not Path(m.workdir(i), lab).exists()
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and f"machine-agent {lab}" in _cmdline(p)]
+
+
+MCAST_EXPERIMENT = """\
+name: {name}
+topology: {{kind: tree, nodes: 13, degree: 3, members: all}}
+links: {{rate: 10mbit, delay: 1ms, queue: 1000}}
+protocol:
+  direct: {{transport: mcast}}
+workload: {{senders: 2, rate_per_s: 10, size_bytes: 100, start: 1s, stop: 5s}}
+capture: {{interfaces: none}}
+{schedule}duration: 7s
+seed: 1
+multicast:
+  groups:
+    - {{name: data, address: 239.1.0.1}}
+"""
+
+
+def test_ip_multicast_across_machines_reaches_every_member_once(ssh_machines, tmp_path):
+    """A group's tree over three machines: each machine's multicast daemon routes its own nodes, a cut link's
+    tunnel is the interface the plan names on both sides; every member receives every datagram exactly once."""
+    m = ssh_machines
+    lab = f"gm{os.getpid() % 100000}"
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(MCAST_EXPERIMENT.format(name=lab, schedule=""))
+    plan = prepare(exp).plan
+    # a member of the last shard joins at 2 s: the group's routes are grafted towards it across a cut link
+    shards = shard_plan(plan, ["host1", "host2", "host3"])
+    joiner = max(shards.shards[2].nodes, key=lambda v: plan.node(v).depth)
+    exp.write_text(MCAST_EXPERIMENT.format(name=lab, schedule=(
+        f"schedule:\n  - {{at: 2s, action: join, nodes: [{joiner}]}}\n")))
+    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
+    r = orch(tmp_path, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
+             "--shaper", "delayline", "--out", str(tmp_path / "runs"), timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = Path(r.stdout.strip().splitlines()[-1])
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    sent: dict = {}
+    got: dict[str, list] = {}
+    ident: dict[str, int] = {}
+    for mem in (n.name for n in plan.members):
+        for line in (run_dir / "events" / f"{mem}.jsonl").read_text().splitlines():
+            e = json.loads(line)
+            if e.get("event") == "node_started":
+                ident[mem] = e["id"]
+            elif e.get("event") == "data_sent":
+                sent[(mem, e["seq"])] = e["ts"] - manifest["t0_unix"]
+            elif e.get("event") == "data_received":
+                got.setdefault(mem, []).append((e["origin"], e["seq"]))
+    assert len(sent) >= 60, len(sent)                      # 2 senders x 10/s x 4 s, roughly
+    # (the joiner may be a sender too: it sends from its start, and every other member gets those as well)
+    for mem in (n.name for n in plan.members):
+        if mem == joiner:
+            continue
+        want = sorted((ident[o], q) for o, q in sent if o != mem)
+        assert sorted(got.get(mem, [])) == want, (mem, len(got.get(mem, [])), len(want))   # all, once each
+    # the joiner: once each, and every datagram sent from half a second after it joined
+    mine = got.get(joiner, [])
+    assert len(mine) == len(set(mine)) and set(mine) <= {(ident[o], q) for o, q in sent}
+    after = {(ident[o], q) for (o, q), t in sent.items() if t >= 2.5 and o != joiner}
+    assert after and after <= set(mine), (len(after), len(mine))
+    # every member got every datagram, and members on the machines without a sender too: across the cut links
+    assert {shards.machine_of(n.name) for n in plan.members} - {shards.machine_of(o) for o, _ in sent}
+    assert lab_namespaces(lab) == []

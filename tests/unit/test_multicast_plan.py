@@ -271,6 +271,18 @@ def test_daemon_config_structs_and_sysctls():
     assert len(raw) == 60 and raw[10] == 1 and raw[15] == 1 and raw[11] == 0 and raw[8:10] == b"\x02\x00"
 
 
+def test_a_machines_daemon_routes_only_its_own_part():
+    """A lab over several machines: each machine's daemon gets its part's nodes, with the plan's vifs and routes
+    (a cut link's tunnel has the link's interface name), and together they are the whole lab's config."""
+    plan = plan_of(sparse(30, 3, 5, 2))
+    whole = render_config(plan, lambda n: f"/run/netns/x-{n}", "/tmp/s")
+    nodes = [ns["node"] for ns in whole["namespaces"]]
+    a, b = frozenset(nodes[: len(nodes) // 2]), frozenset(nodes[len(nodes) // 2:])
+    parts = [render_config(plan, lambda n: f"/run/netns/x-{n}", "/tmp/s", only) for only in (a, b)]
+    assert [ns["node"] for ns in parts[0]["namespaces"]] == [n for n in nodes if n in a]
+    assert parts[0]["namespaces"] + parts[1]["namespaces"] == whole["namespaces"]
+
+
 def test_dense_1000_entries_scale_with_senders():
     text = ("topology: {kind: tree, nodes: 1000, degree: 4}\n"
             "multicast: {groups: [{name: d, address: 239.1.0.1, senders: [h0, h999]}]}\n")
@@ -290,6 +302,6 @@ def test_real_hosts_refuse_groups_before_anything_is_deployed(tmp_path, monkeypa
     f = tmp_path / "m.yaml"
     f.write_text("topology: {kind: tree, nodes: 3, degree: 2}\nmulticast: {groups: [{name: d, address: 239.1.0.1}]}\n")
     prep = labmod.prepare(f, "mh")
-    with pytest.raises(SpecError, match="groups need the mininet or docker backend"):
+    with pytest.raises(SpecError, match="groups need the mininet, docker or --machines backend"):
         labmod.up(prep, "hosts", backend_options={"inventory": tmp_path / "none.yml"})
     assert not (tmp_path / "state").exists()
