@@ -20,6 +20,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from orchestrator import machines as mach
@@ -40,6 +41,7 @@ def local_check(shaper: str) -> dict:
     features a part needs, each tried for real in a throwaway namespace, and the shaper it would choose."""
     from orchestrator.errors import ShapingError
     from orchestrator.shaping.probe import probe_kernel
+    from orchestrator.state import state_root
 
     report: dict = {"digest": mach.code_digest(), "uid": os.geteuid(), "kernel": platform.release(),
                     "features": {}, "errors": {}}
@@ -59,8 +61,8 @@ def local_check(shaper: str) -> dict:
                 break
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    try:
-        report["shaper"] = probe_kernel(None).choose(shaper)
+    try:    # cached per boot in the state directory, as `up` probes: the part's build reuses it
+        report["shaper"] = probe_kernel(state_root()).choose(shaper)
     except ShapingError as exc:
         report["shaper_error"] = str(exc)
     return report
@@ -116,7 +118,9 @@ class MachinesBackend(Backend):
         if problems:
             raise _problems_error(problems, f"{self.inventory}: cannot use these machines")
         progress.note(f"checking {len(hosts)} machine(s) ...")
+        t0 = time.monotonic()
         machines, problems = connect(hosts, self.known_hosts, self.accept_new)
+        t_connect = time.monotonic() - t0
         digest = mach.code_digest()
         reports: dict[str, dict] = {}
         answers = each(list(machines.values()), lambda m: m.orchestrator(["machine-check", "--shaper", shaper],
@@ -139,6 +143,7 @@ class MachinesBackend(Backend):
             order = [h.name for h in hosts]
             problems = dict(sorted(problems.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 1e9))
             raise _problems_error(problems, f"{len(problems)} machine(s) cannot take part (nothing was built)")
+        progress.note(f"{len(machines)} machine(s) checked in {time.monotonic() - t0:.1f} s (SSH {t_connect:.1f} s)")
         return machines, reports
 
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
@@ -197,6 +202,7 @@ class MachinesBackend(Backend):
         record["built"] = used                   # `up --part` may have created something on each from here on
         self._save_record(state, record)
         progress.start("machines", len(used))
+        t0 = time.monotonic()
         results = each([machines[n] for n in used], build)
         failed = {n: str(r) for n, r in results.items() if isinstance(r, Exception)}
         if failed:
@@ -204,6 +210,7 @@ class MachinesBackend(Backend):
                                + "\n".join(f"  {n}: {why}" for n, why in failed.items()))
         for n, line in results.items():
             progress.note(f"{n}: {line}")
+        progress.note(f"parts built in {time.monotonic() - t0:.1f} s (the slowest machine's, with its SSH and files)")
         state.status = "up"
         state.save()
 
