@@ -120,6 +120,7 @@ class MachinesDriver(NodeDriver):
         self.machines: dict = {}
         self.offsets: dict[str, clock.Offset] = {}
         self.fields: dict = {}
+        self.rtt_s: dict[str, float] = {}        # each machine's last request's round trip
 
     # -- where things are
     def remote_run_dir(self, machine: str) -> str:
@@ -138,8 +139,15 @@ class MachinesDriver(NodeDriver):
             return {}
         results: dict[str, object] = {}
         errors: list[Exception] = []
+
+        def timed(m: str, a: tuple):
+            t = time.monotonic()
+            r = self.links[m].call(method, *a, timeout_s=timeout_s)
+            self.rtt_s[m] = time.monotonic() - t
+            return r
+
         with ThreadPoolExecutor(max_workers=min(16, len(args))) as ex:
-            futures = {ex.submit(self.links[m].call, method, *a, timeout_s=timeout_s): m for m, a in args.items()}
+            futures = {ex.submit(timed, m, a): m for m, a in args.items()}
             for f, m in futures.items():
                 try:
                     results[m] = f.result()
@@ -153,9 +161,15 @@ class MachinesDriver(NodeDriver):
         return {n: args for n in self.links}
 
     def _merged(self, method: str, args: dict[str, tuple]) -> dict[str, dict]:
+        """The machines' per-node replies as one; a member named in a machine's request also gets that machine's
+        round trip (`rtt_s`: the runner records it with the action, and the schedule's summary its median and max:
+        how long an action took to reach the machines)."""
         out: dict[str, dict] = {}
-        for r in self._each(method, args).values():
+        for m, r in self._each(method, args).items():
             out.update(r or {})
+            names = args[m][0] if args[m] and isinstance(args[m][0], list) else []
+            for n in names:
+                out[n] = {**out.get(n, {}), "rtt_s": self.rtt_s.get(m, 0.0), "machine": m}
         return out
 
     # -- the run
@@ -261,10 +275,12 @@ class MachinesDriver(NodeDriver):
         link = next(lk for lk in plan.links if lk.id == link_id)
         sender = link.parent if direction == "down" else link.child
         machine = self.owner[sender]
+        t = time.monotonic()
         self.links[machine].call("set_link", link_id, direction, None if params is None else params.to_json())
+        rtt = time.monotonic() - t
         state.link_overrides[f"{link_id}/{direction}"] = "cut" if params is None else params.to_json()
         state.save()
-        return {}
+        return {f"{link_id}/{direction}": {"rtt_s": rtt, "machine": machine}}
 
     def multicast_routes(self, changes: dict[str, dict]) -> dict:
         """Each machine's multicast daemon gets the changes of its own nodes' routes (a cut link's tunnel is the

@@ -329,6 +329,8 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
         assert (run_dir / "pcaps" / f"{mem}-any.pcap").exists(), mem
     assert len(manifest["captures"]) == len(members)
     assert manifest["schedule"]["applied_ops"] >= 2
+    # each action's round trip to the machines holding its targets is measured (the schedule's lag across machines)
+    assert 0 < manifest["schedule"]["agent_rtt_ms_median"] <= manifest["schedule"]["agent_rtt_ms_max"]
     # the crash reached the machines: 20 % of 13 members (3) fell silent at 6 s, the others ran to the end
     last = {mem: json.loads((run_dir / "events" / f"{mem}.jsonl").read_text().splitlines()[-1])["ts"]
             - manifest["t0_unix"] for mem in members}
