@@ -1,11 +1,11 @@
 """One lab over several machines (`--machines INVENTORY`, issue #35): the checks before anything is built, and
 the commands the controller sends each machine (pure; the SSH side is orchestrator/backends/machines.py).
 
-Every machine runs this same orchestrator (a checkout of the same code with `make setup`, its Python given by the
-inventory's `testbed_orchestrator`, by default the controller's own interpreter path). The controller asks each
-machine, before anything is built anywhere, for `orchestrator machine-check`: the code's digest, whether it runs
-as root, the kernel features a part needs (network namespaces, veth, VXLAN) and the shaper it would choose; any
-machine that fails is named with its reason and nothing is built (exit 2).
+Every machine runs this same orchestrator: the controller installs its own code there (backends/machinesinstall.py)
+unless the inventory's `testbed_orchestrator` names the Python of a checkout of the same commit. The controller
+asks each machine, before anything is built anywhere, for `orchestrator machine-check`: the code's digest, whether
+it runs as root, the kernel features a part needs (network namespaces, veth, VXLAN) and the shaper it would
+choose; any machine that fails is named with its reason and nothing is built (exit 2).
 """
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def check_verdict(host: Host, rc: int, stdout: str, stderr: str, digest: str, sh
         if "password is required" in stderr or "sudo:" in stderr:
             return (f"no root: user {host.user} is not root and `sudo -n` refuses ({tail})", {})
         if rc == 127 or "No such file" in stderr:
-            return (f"no orchestrator at {host.orchestrator or 'the controller-side path'} ({tail}): install this "
-                    "checkout there with `make setup` and set testbed_orchestrator to its .venv/bin/python", {})
+            return (f"no orchestrator at {host.orchestrator} ({tail}): give testbed_orchestrator the Python of a "
+                    "checkout of the controller's commit there, or leave it out (the controller installs its own)", {})
         return (f"machine-check failed (exit {rc}): {tail}", {})
     try:
         report = json.loads(stdout.strip().splitlines()[-1])

@@ -122,9 +122,10 @@ class MachinesBackend(Backend):
         machines, problems = connect(hosts, self.known_hosts, self.accept_new)
         t_connect = time.monotonic() - t0
         digest = mach.code_digest()
+        self._install(machines, digest, problems, progress)
         reports: dict[str, dict] = {}
-        answers = each(list(machines.values()), lambda m: m.orchestrator(["machine-check", "--shaper", shaper],
-                                                                          timeout_s=120))
+        answers = each([m for m in machines.values() if m.host.name not in problems],
+                       lambda m: m.orchestrator(["machine-check", "--shaper", shaper], timeout_s=120))
         for name, res in answers.items():
             if isinstance(res, Exception):
                 problems[name] = f"machine-check failed: {res}"
@@ -145,6 +146,30 @@ class MachinesBackend(Backend):
             raise _problems_error(problems, f"{len(problems)} machine(s) cannot take part (nothing was built)")
         progress.note(f"{len(machines)} machine(s) checked in {time.monotonic() - t0:.1f} s (SSH {t_connect:.1f} s)")
         return machines, reports
+
+    @staticmethod
+    def _install(machines: dict[str, Machine], digest: str, problems: dict[str, str], progress: Progress) -> None:
+        """Machines without `testbed_orchestrator` run this code from their own install of it
+        (orchestrator/backends/machinesinstall.py), made now when it is not there yet; a failure is the
+        machine's problem (reported with the others', nothing built)."""
+        from orchestrator.backends import machinesinstall as inst
+
+        mine = [m for m in machines.values() if not m.host.orchestrator]
+        have = each(mine, lambda m: inst.installed(m, digest))
+        todo = [m for m in mine if have.get(m.host.name) is not True]
+        if todo:
+            t0 = time.monotonic()
+            progress.note(f"installing the orchestrator ({digest}) on {', '.join(m.host.name for m in todo)} ...")
+            data = inst.bundle()
+            for name, res in each(todo, lambda m: inst.install(m, digest, data)).items():
+                if isinstance(res, Exception):
+                    problems[name] = str(res)
+                elif res:
+                    progress.note(f"{name}: {res}")
+            progress.note(f"installed in {time.monotonic() - t0:.1f} s")
+        for m in mine:
+            if m.host.name not in problems:
+                m.host = m.host.model_copy(update={"orchestrator": inst.python_of(m.host, digest)})
 
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:
         experiment = Path(state.experiment)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab import prepare
+from orchestrator.machines import code_digest
 from orchestrator.plan import path
 from orchestrator.shard import part_of, shard_plan
 from tests.integration.sshhosts import SshHosts, sh
@@ -158,16 +159,23 @@ def test_up_over_three_machines_from_the_controller_and_teardown_everywhere(ssh_
     lab = f"gc{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXPERIMENT.format(name=lab, delay=DELAY_MS))
-    inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
+    entries = machine_entries(m, tmp_path)
+    del entries[1]["orchestrator"]            # host2 names none: the controller installs its own code there
+    inv = m.inventory_file(tmp_path / "inventory.ini", entries)
     plan = prepare(exp).plan
     up = orch(tmp_path, "up", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
               "--shaper", "delayline")
+    installed = Path(m.workdir(2), f"orchestrator-{code_digest()}", "venv", "bin", "python")
     try:
         assert up.returncode == 0, up.stderr
         print("\n" + up.stderr)
+        assert "installing the orchestrator" in up.stderr and "on host2 ..." in up.stderr, up.stderr
+        assert installed.exists()
+        assert list(installed.parents[2].glob("src/orchestrator/shaping/delayline/_cengine*.so"))   # gcc is here
+        record = json.loads((tmp_path / "state-controller" / lab / "machines.json").read_text())
+        assert {h["name"]: h["orchestrator"] for h in record["hosts"]}["host2"] == str(installed)
         assert re.search(r"shards: host1 \d+ nodes .*host3 \d+ nodes .*; 2 cut link\(s\)", up.stderr), up.stderr
         assert sorted(lab_namespaces(lab)) == sorted(f"{lab}-{n.name}" for n in plan.nodes)
-        record = json.loads((tmp_path / "state-controller" / lab / "machines.json").read_text())
         assert record["built"] == ["host1", "host2", "host3"]
         shards = record["sharding"]["shards"]
         owner = {v: s["machine"] for s in shards for v in s["nodes"]}
@@ -381,7 +389,8 @@ def test_a_machines_ssh_session_cut_mid_run_is_reported_and_the_lab_removed_ever
     m = ssh_machines
     lab = f"gs{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
-    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=40, extra="").replace("capture: {interfaces: access}\n", ""))
+    text = RUN_EXPERIMENT.format(name=lab, duration=40, extra="")
+    exp.write_text(text.replace("capture: {interfaces: access}\n", ""))
     inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
     proc = subprocess.Popen([*ORCH, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
                              "--shaper", "tbf", "--out", str(tmp_path / "runs")],
@@ -473,15 +482,18 @@ def test_ip_multicast_across_machines_reaches_every_member_once(ssh_machines, tm
                 got.setdefault(mem, []).append((e["origin"], e["seq"]))
     assert len(sent) >= 60, len(sent)                      # 2 senders x 10/s x 4 s, roughly
     # (the joiner may be a sender too: it sends from its start, and every other member gets those as well)
+    # (a joiner's workload runs from its own start: it may still send as the run ends; those need not arrive)
     for mem in (n.name for n in plan.members):
         if mem == joiner:
             continue
-        want = sorted((ident[o], q) for o, q in sent if o != mem)
-        assert sorted(got.get(mem, [])) == want, (mem, len(got.get(mem, [])), len(want))   # all, once each
+        mine = got.get(mem, [])
+        assert len(mine) == len(set(mine)) and set(mine) <= {(ident[o], q) for o, q in sent}, mem   # once each
+        want = {(ident[o], q) for (o, q), t in sent.items() if o != mem and t < 6.5}
+        assert want <= set(mine), (mem, sorted(want - set(mine)))                                   # all of them
     # the joiner: once each, and every datagram sent from half a second after it joined
     mine = got.get(joiner, [])
     assert len(mine) == len(set(mine)) and set(mine) <= {(ident[o], q) for o, q in sent}
-    after = {(ident[o], q) for (o, q), t in sent.items() if t >= 2.5 and o != joiner}
+    after = {(ident[o], q) for (o, q), t in sent.items() if 2.5 <= t < 6.5 and o != joiner}
     assert after and after <= set(mine), (len(after), len(mine))
     # every member got every datagram, and members on the machines without a sender too: across the cut links
     assert {shards.machine_of(n.name) for n in plan.members} - {shards.machine_of(o) for o, _ in sent}

@@ -1,0 +1,118 @@
+"""Installing this orchestrator on the machines of a lab over several machines (docs/machines.md): a machine whose
+inventory entry names no `testbed_orchestrator` gets the controller's own code, once per code digest.
+
+    <workdir>/orchestrator-<digest>/src/        orchestrator/ and node_image/gossipnode/, as the controller has them
+    <workdir>/orchestrator-<digest>/venv/       a venv of the machine's python3 (ansible_python_interpreter) with the
+                                                 wheels the machines' commands import, the sources on its path (.pth)
+
+The controller downloads the wheels once for its own Python and platform (pip, cached like the hosts backend's node
+wheels: the machines need the same Python minor version and architecture), ships one tarball per machine over SSH,
+and the machine unpacks it into a temporary directory, makes the venv, installs the wheels offline, builds the delay
+line's compiled engine when it has a compiler (else the Python engine runs, with a warning) and renames the
+directory into place last: a directory of that name is a finished install. Nothing else on the machine changes;
+`rm -rf <workdir>/orchestrator-*` removes every install.
+"""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from orchestrator import machines as mach
+from orchestrator.errors import OrchestratorError
+from orchestrator.hosts.deploy import wheel_cache
+from orchestrator.hosts.hostsfile import Host
+
+# What the machines' commands import (up --part, machine-check, machine-agent, teardown, status, exec): not the
+# analysis, Docker or Ansible.
+REQUIREMENTS = ["pydantic>=2.6", "pyyaml>=6", "jinja2>=3.1", "typer>=0.12", "rich>=13", "pyroute2>=0.7",
+                "cffi>=1.15", "mininet==2.3.0.dev6", "paramiko>=3.4"]
+
+# $1 the install directory, $2 the machine's python; the tarball on stdin.
+SCRIPT = r"""set -e
+D=$1; PY=$2; T="$D.tmp.$$"
+got=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || { echo "no python at $PY" >&2; exit 3; }
+[ "$got" = "$3" ] || { echo "python $got at $PY, the controller's is $3:" \
+  "set ansible_python_interpreter to a python $3" >&2; exit 3; }
+rm -rf "$T"; mkdir -p "$T"; trap 'rm -rf "$T"' EXIT
+tar -xzf - -C "$T"
+"$PY" -m venv --without-pip "$T/venv"
+"$T/venv/bin/python" "$(ls "$T"/tools/pip-*.whl | head -n 1)/pip" install -q --no-index --disable-pip-version-check \
+  --find-links "$T/wheels" -r "$T/wheels/requirements.txt"
+site=$("$T/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n%s\n' "$D/src" "$D/src/node_image" > "$site/gossip-testbed.pth"
+"$T/venv/bin/python" "$T/src/orchestrator/shaping/delayline/build_engine.py" >/dev/null 2>&1 \
+  || echo "the delay line's compiled engine could not be built (no compiler or Python headers):" \
+    "the Python engine runs" >&2
+rm -rf "$D"; mv "$T" "$D"; trap - EXIT
+"""
+
+
+def install_dir(host: Host, digest: str) -> str:
+    return f"{host.workdir}/orchestrator-{digest}"
+
+
+def python_of(host: Host, digest: str) -> str:
+    return f"{install_dir(host, digest)}/venv/bin/python"
+
+
+def wheels() -> Path:
+    """The machines' wheels for this Python and platform (downloaded once with pip, cached), and a pip wheel."""
+    d = wheel_cache().parent / f"machines-{wheel_cache().name}"
+    stamp = d / "requirements.txt"
+    want = "\n".join(REQUIREMENTS) + "\n"
+    if stamp.exists() and stamp.read_text() == want and any((d / "pip").glob("pip-*.whl")):
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    for dest, reqs, deps in ((d, REQUIREMENTS, []), (d / "pip", ["pip"], ["--no-deps"])):
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                            "--only-binary=:all:", *deps, "--dest", str(dest), *reqs], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise OrchestratorError(f"cannot download the machines' wheels ({', '.join(reqs)}): "
+                                    f"{r.stderr.strip()[-500:]}")
+    stamp.write_text(want)
+    return d
+
+
+def bundle(roots: tuple[Path, ...] = mach.CODE_ROOTS) -> bytes:
+    """src/ (every file of the orchestrator and node packages but compiled and cached ones), wheels/ with
+    requirements.txt, tools/pip-*.whl: one tarball, the same for every machine."""
+    w = wheels()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for root in roots:
+            for f in sorted(root.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".so", ".pyc"):
+                    tar.add(f, arcname=f"src/{f.relative_to(mach.REPO).as_posix()}")
+        for f in sorted(w.glob("*.whl")):
+            tar.add(f, arcname=f"wheels/{f.name}")
+        tar.add(w / "requirements.txt", arcname="wheels/requirements.txt")
+        for f in sorted((w / "pip").glob("pip-*.whl"))[-1:]:
+            tar.add(f, arcname=f"tools/{f.name}")
+    return buf.getvalue()
+
+
+def install_argv(host: Host, digest: str) -> list[str]:
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    argv = ["sh", "-c", SCRIPT, "sh", install_dir(host, digest), host.python, version]
+    return (["sudo", "-n", "--"] if host.become else []) + argv
+
+
+def installed(machine, digest: str) -> bool:
+    h = machine.host
+    rc, _, _ = machine.call((["sudo", "-n", "--"] if h.become else []) + ["test", "-x", python_of(h, digest)],
+                            timeout_s=30)
+    return rc == 0
+
+
+def install(machine, digest: str, data: bytes) -> str | None:
+    """Install `data` (the bundle) on the machine; what the install said on stderr (a missing compiler), if
+    anything. OrchestratorError with the machine's own words when it failed."""
+    h = machine.host
+    rc, _, err = machine.call(install_argv(h, digest), stdin=data, timeout_s=600)
+    if rc != 0:
+        raise OrchestratorError(f"cannot install the orchestrator in {install_dir(h, digest)}: "
+                                f"{err.strip()[-500:] or f'exit {rc}'}")
+    return err.strip() or None
