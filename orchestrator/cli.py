@@ -66,6 +66,17 @@ def _hosts_options(backend: str, inventory: Path | None, known_hosts: Path | Non
             "strict": strict, "allow_unenforced_cpu": allow_unenforced_cpu}
 
 
+def _backend_options(backend: str, machines: Path | None, inventory: Path | None, part: Path | None, known_hosts,
+                     accept_new: bool, strict: bool, allow_unenforced_cpu: bool, sets, dilation: str | None
+                     ) -> tuple[str, dict]:
+    """The backend and its options from `up`'s and `run`'s flags: --machines, else --backend (hosts: its
+    inventory options)."""
+    if machines is not None:
+        return "machines", _machines_options(machines, backend, inventory, part, known_hosts, accept_new, strict,
+                                             sets, dilation)
+    return backend, _hosts_options(backend, inventory, known_hosts, accept_new, strict, allow_unenforced_cpu) or {}
+
+
 def _load_part(path: Path, backend: str, plan):
     """`up --part`'s file, checked against the plan (bad input: exit 2)."""
     from orchestrator.shard import Part
@@ -116,13 +127,8 @@ def up(
     backend, shaper = backend.value, check_shaper(shaper.value)
     prep = labmod.prepare(experiment, name, _parse_sets(set_), dilation=parse_dilation(dilation))
     dil = labmod.lab_dilation(prep)
-    if machines is not None:
-        options = _machines_options(machines, backend, inventory, part, known_hosts, accept_new_host_keys,
-                                    strict_shaping, set_, dilation)
-        backend = "machines"
-    else:
-        options = _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
-                                 allow_unenforced_cpu)
+    backend, options = _backend_options(backend, machines, inventory, part, known_hosts, accept_new_host_keys,
+                                        strict_shaping, allow_unenforced_cpu, set_, dilation)
     nodes, links = prep.plan.nodes, prep.plan.links
     if part is not None:
         the_part = _load_part(part, backend, prep.plan)
@@ -172,13 +178,8 @@ def run(
         print(path, flush=True)
         printed.append(path)
 
-    if machines is not None:
-        options = _machines_options(machines, backend, inventory, None, known_hosts, accept_new_host_keys,
-                                    strict_shaping, set_, dilation)
-        backend = "machines"
-    else:
-        options = _hosts_options(backend, inventory, known_hosts, accept_new_host_keys, strict_shaping,
-                                 allow_unenforced_cpu) or {}
+    backend, options = _backend_options(backend, machines, inventory, None, known_hosts, accept_new_host_keys,
+                                        strict_shaping, allow_unenforced_cpu, set_, dilation)
     opts = RunOptions(backend=backend, out=out_dir, keep=keep, seed=seed, shaper=shaper, strict=strict_shaping,
                       lab=lab, name=name, backend_options=options,
                       on_run_dir=show_run_dir, dilation=parse_dilation(dilation), measured=parse_cpu_from(cpu_from))

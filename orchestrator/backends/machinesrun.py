@@ -89,12 +89,7 @@ class AgentLink:
         return r.get("result")
 
     def measure_clock(self, n: int = 15) -> clock.Offset:
-        samples = []
-        for _ in range(n):
-            t1 = time.time()
-            r = self.request({"op": "time"}, 10)
-            samples.append((t1, r["t"], time.time()))
-        return clock.estimate(samples)
+        return clock.measure(lambda: self.request({"op": "time"}, 10)["t"], n)
 
     def close(self) -> None:
         try:

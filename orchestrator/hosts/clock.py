@@ -41,6 +41,19 @@ def estimate(samples: list[tuple[float, float, float]]) -> Offset:
                   spread_s=max(offs) - min(offs), median_offset_s=statistics.median(offs))
 
 
+def measure(ask, n: int = 15, now=None) -> Offset:
+    """`n` round trips: `ask()` returns the remote clock's reading; `now` is this clock (time.time)."""
+    import time
+
+    now = now or time.time
+    samples = []
+    for _ in range(n):
+        t1 = now()
+        t_remote = ask()
+        samples.append((t1, t_remote, now()))
+    return estimate(samples)
+
+
 def to_controller_time(t_host: float, offset_s: float) -> float:
     """A host's timestamp on the controller's clock."""
     return t_host - offset_s

@@ -113,15 +113,12 @@ class AgentSession:
             return self._readline()
 
     def measure_clock(self, n: int = 15) -> clock.Offset:
-        samples = []
-        for _ in range(n):
-            t1 = time.time()
+        def ask() -> float:
             r = self.request({"op": "time"})
-            t2 = time.time()
             if not r.get("ok"):
                 raise HostsError("clock", {self.host.name: r.get("error", "no answer")})
-            samples.append((t1, r["t"], t2))
-        return clock.estimate(samples)
+            return r["t"]
+        return clock.measure(ask, n)
 
     def close(self) -> None:
         try:

@@ -365,3 +365,10 @@ def test_silent_crash_rules_drop_only_the_nodes_port_both_ways_and_the_agent_app
     fake.write_text("#!/bin/sh\necho 'iptables v1.8.9: cannot open table' >&2\nexit 4\n")
     r = agent.handle(cfg, {"op": "isolate", "node": h1, "on": True})
     assert not r["ok"] and "cannot open table" in r["error"]
+
+
+def test_clock_measure_takes_the_round_trip_with_the_smallest_rtt():
+    ticks = iter([0.0, 0.010, 1.0, 1.002, 2.0, 2.004])        # this clock: send, receive, per round trip
+    remote = iter([5.004, 6.0015, 7.003])                       # the remote's reading in each
+    o = clock.measure(lambda: next(remote), n=3, now=lambda: next(ticks))
+    assert o.samples == 3 and o.rtt_s == pytest.approx(0.002) and o.offset_s == pytest.approx(5.0005)
