@@ -298,7 +298,7 @@ links: {{rate: 1mbit, delay: 5ms, queue: 64}}
 protocol:
   gsgc: {{subgroup: 3, step: 1s, fail_k: 8}}
 workload: {{senders: 2, rate_per_s: 1, size_bytes: 64}}
-capture: {{interfaces: access}}
+{nodes}capture: {{interfaces: access}}
 schedule:
   - {{at: 6s, action: crash, fraction: 0.2}}
   - {{at: 4s, action: perturb, count: 1, p: 0.2, duration: 4s}}
@@ -313,15 +313,16 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
     m = ssh_machines
     lab = f"gr{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
-    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14, extra=""))
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14, extra="", nodes=""))
     plan = prepare(exp).plan
     # a partition of the second shard's root: its uplink is a cut link (a tunnel), cut on both machines' sides
     cut = shard_plan(plan, ["host1", "host2", "host3"]).cut[0]
-    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14, extra=(
+    # each member with a CPU budget, at time dilation 2: every machine's agent enforces its members' budgets
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=14, nodes="nodes: {cpu: 0.25}\n", extra=(
         f"  - {{at: 8s, action: partition, subtree: {cut.child}}}\n  - {{at: 10s, action: heal}}\n")))
     inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
     r = orch(tmp_path, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
-             "--shaper", "delayline", "--out", str(tmp_path / "runs"), timeout=400)
+             "--shaper", "delayline", "--dilation", "2", "--out", str(tmp_path / "runs"), timeout=400)
     print(r.stderr[-3000:])
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = Path(r.stdout.strip().splitlines()[-1])
@@ -329,6 +330,10 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
     assert manifest["status"] == "completed", manifest["status"]
     assert manifest["backend"] == "machines"
     members = [n.name for n in plan.members]
+    assert manifest["time"]["dilation"] == 2
+    budget = manifest["cpu_budget"]
+    assert budget["enforced"] and budget["cpu"] == 0.25 and budget["dilation"] == 2
+    assert sum(u["members"] for u in budget["units"].values()) == len(members)   # every machine's units
     assert sorted(manifest["clock_offsets_s"]) == sorted(members)
     assert all(abs(o) < 0.01 for o in manifest["clock_offsets_s"].values())     # one kernel clock here
     assert sorted(manifest["machines"]["stopped"]) == ["host1", "host2", "host3"]
@@ -389,7 +394,7 @@ def test_a_machines_ssh_session_cut_mid_run_is_reported_and_the_lab_removed_ever
     m = ssh_machines
     lab = f"gs{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
-    text = RUN_EXPERIMENT.format(name=lab, duration=40, extra="")
+    text = RUN_EXPERIMENT.format(name=lab, duration=40, extra="", nodes="")
     exp.write_text(text.replace("capture: {interfaces: access}\n", ""))
     inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
     proc = subprocess.Popen([*ORCH, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
