@@ -207,6 +207,16 @@ def test_up_over_three_machines_from_the_controller_and_teardown_everywhere(ssh_
                 assert p["cut_links"] == 1 and p["received"] == 5, p
                 assert -0.2 <= p["error_ms"] <= 2.0 * 2, p      # 2 traversals; the formula plus the underlay
         print(f"probe: underlay {res['underlay_rtt_ms']}, max |error| {res['max_abs_error_ms']:.3f} ms")
+        # a run on the lab as it is (`run --lab`): the agents on the machines that hold it
+        exp2 = tmp_path / "exp-run.yaml"
+        run_part = "protocol: {direct: {transport: udp}}\nworkload: {senders: 1, rate_per_s: 2, size_bytes: 64}\n"
+        exp2.write_text(exp.read_text().replace("duration: 10s", "duration: 3s") + run_part)
+        rr = orch(tmp_path, "run", str(exp2), "--lab", lab, "--out", str(tmp_path / "runs"), timeout=300)
+        assert rr.returncode == 0, rr.stderr[-2000:]
+        rd = Path(rr.stdout.strip().splitlines()[-1])
+        assert json.loads((rd / "manifest.json").read_text())["status"] == "completed"
+        assert all((rd / "events" / f"{n.name}.jsonl").stat().st_size > 0 for n in plan.members)
+        assert sorted(lab_namespaces(lab)) == sorted(f"{lab}-{n.name}" for n in plan.nodes)   # the lab stays
     finally:
         down = orch(tmp_path, "teardown", lab)
     assert down.returncode == 0, down.stderr
