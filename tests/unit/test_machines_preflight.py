@@ -175,3 +175,10 @@ def test_the_agents_line_protocol_and_its_cleanup_when_the_session_ends():
         assert lines[1] == {"ok": True, "echo": "time"}
         assert lines[2] == {"ok": False, "error": "not JSON", "kind": "spec"}
         assert len(lines) == 3 and stub.closed, bye
+
+
+def test_sweep_host_key_options_need_machines(tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: x\ntopology: {kind: tree, nodes: 4, degree: 2, members: all}\nduration: 1s\n")
+    r = CliRunner().invoke(app, ["sweep", str(exp), "--known-hosts", str(tmp_path / "kh")])
+    assert isinstance(r.exception, SpecError) and "need --machines" in str(r.exception), r.output
