@@ -91,7 +91,8 @@ def parse_sets(sets: list[str] | None) -> dict[str, str]:
 
 
 MACHINES_HELP = ("Build the lab over several machines: an Ansible INI/YAML inventory (group 'testbed'; each machine "
-                 "root, this orchestrator installed, an underlay address testbed_address; docs/machines.md).")
+                 "root and an underlay address testbed_address; the controller installs its own code there; "
+                 "docs/machines.md).")
 
 
 def machines_options(machines: Path, backend: str, inventory: Path | None, part: Path | None, known_hosts,
