@@ -18,9 +18,8 @@ from pathlib import Path
 
 from analysis.doc import fmt
 from analysis.figlib import number, read_csv, write_csv
-from analysis.netem_compare import verdict_of
-from analysis.stats import mean_ci, welch
-from analysis.virtual_time import COMMON, KEY_METRICS, _json, transparency_runs
+from analysis.netem_compare import side_by_side
+from analysis.virtual_time import _json, transparency_runs
 
 NAME = "machines_compare"
 
@@ -53,22 +52,8 @@ def compare_table(rows: list[dict]) -> str:
     one, split = sides
     out = [f"| experiment | metric | {one}: mean ± 95 % CI (runs) | {split}: mean ± 95 % CI (runs) | difference | "
            "Welch p | CIs overlap |", "|---|---|---|---|---|---|---|"]
-    agree = total = 0
-    for exp in sorted({r["experiment"] for r in rows}):
-        rs = [r for r in rows if r["experiment"] == exp and not r.get("excluded")]
-        protocol = next((r["protocol"] for r in rs if r.get("protocol")), "")
-        for k in (*KEY_METRICS.get(protocol, ()), *COMMON):
-            a = [x for r in rs if r["side"] == one and (x := number(r.get(k))) is not None]
-            b = [x for r in rs if r["side"] == split and (x := number(r.get(k))) is not None]
-            if not a and not b:
-                continue
-            (ma, ca), (mb, cb) = mean_ci(a), mean_ci(b)
-            w = welch(a, b)
-            verdict = verdict_of(a, b)
-            agree += verdict.startswith("yes")
-            total += verdict != "–"
-            out.append(f"| {exp} | {k} | {fmt(ma)} ± {fmt(ca)} ({len(a)}) | {fmt(mb)} ± {fmt(cb)} ({len(b)}) | "
-                       f"{fmt(w['diff'])} | {fmt(w['p'])} | {verdict} |")
+    lines, agree, total = side_by_side(rows, lambda r: r["side"], one, split)
+    out += lines
     out += ["", f"{agree} of {total} metrics agree (the 95 % confidence intervals overlap); difference = {one} minus "
             f"{split}; – : no interval on a side (fewer than 2 runs, or the metric undefined).", "",
             "Runs (the run judges' verdicts; the split runs' cut links and largest clock offset):", ""]

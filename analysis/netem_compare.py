@@ -192,19 +192,18 @@ def _isolation_chain(rows: list[dict], vm: set[str], main_n: float | None, chain
     return "\n".join(out) + "\n"
 
 
-def compare_table(rows: list[dict]) -> str:
-    iso_rows, vm, main_n = rows, vm_kernels(rows), main_netem_dilation(rows)
-    rows = [r for r in rows if side(r, vm, main_n) in SHAPERS]
-    out = ["| experiment | metric | netem (VM): mean ± 95 % CI (runs) | delay line: mean ± 95 % CI (runs) | "
-           "difference | Welch p | CIs overlap |", "|---|---|---|---|---|---|---|"]
+def side_by_side(rows: list[dict], side_of, a_side: str, b_side: str) -> tuple[list[str], int, int]:
+    """Per experiment and key metric, the runs of side `a_side` beside those of `b_side` (`side_of(row)`; excluded
+    rows left out): table lines `| experiment | metric | a | b | difference | Welch p | CIs overlap |`, how many
+    metrics agree, and of how many with intervals on both sides."""
+    out: list[str] = []
     agree = total = 0
-    excluded = [r for r in iso_rows if r.get("excluded")]
     for exp in sorted({r["experiment"] for r in rows}):
         rs = [r for r in rows if r["experiment"] == exp and not r.get("excluded")]
         protocol = next((r["protocol"] for r in rs if r.get("protocol")), "")
         for k in (*KEY_METRICS.get(protocol, ()), *COMMON):
-            a = [x for r in rs if r["shaper"] == "netem" and (x := number(r.get(k))) is not None]
-            b = [x for r in rs if r["shaper"] == "delayline" and (x := number(r.get(k))) is not None]
+            a = [x for r in rs if side_of(r) == a_side and (x := number(r.get(k))) is not None]
+            b = [x for r in rs if side_of(r) == b_side and (x := number(r.get(k))) is not None]
             if not a and not b:
                 continue
             (ma, ca), (mb, cb) = mean_ci(a), mean_ci(b)
@@ -214,6 +213,17 @@ def compare_table(rows: list[dict]) -> str:
             total += verdict != "–"
             out.append(f"| {exp} | {k} | {fmt(ma)} ± {fmt(ca)} ({len(a)}) | {fmt(mb)} ± {fmt(cb)} ({len(b)}) | "
                        f"{fmt(w['diff'])} | {fmt(w['p'])} | {verdict} |")
+    return out, agree, total
+
+
+def compare_table(rows: list[dict]) -> str:
+    iso_rows, vm, main_n = rows, vm_kernels(rows), main_netem_dilation(rows)
+    rows = [r for r in rows if side(r, vm, main_n) in SHAPERS]
+    out = ["| experiment | metric | netem (VM): mean ± 95 % CI (runs) | delay line: mean ± 95 % CI (runs) | "
+           "difference | Welch p | CIs overlap |", "|---|---|---|---|---|---|---|"]
+    excluded = [r for r in iso_rows if r.get("excluded")]
+    lines, agree, total = side_by_side(rows, lambda r: r["shaper"], "netem", "delayline")
+    out += lines
     out += ["", f"{agree} of {total} metrics agree (the 95 % confidence intervals overlap); difference = netem minus "
             "delay line; – : no interval on a side (fewer than 2 runs, or the metric undefined)."]
     out += ["", "Runs per experiment and shaper: dilation, and the run judges' verdicts (faithful or not):", ""]

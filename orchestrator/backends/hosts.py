@@ -20,6 +20,7 @@ from orchestrator.hosts import deploy, render
 from orchestrator.hosts.ansible import HostsError
 from orchestrator.hosts.driver import HostsDriver
 from orchestrator.hosts.hostsfile import Host, assign_members
+from orchestrator.hosts.ssh import openssh_argv
 from orchestrator.hosts.inventory import load as load_hosts
 from orchestrator.plan import NetworkPlan
 from orchestrator.source import FieldError
@@ -164,11 +165,7 @@ class HostsBackend(Backend):
             argv = argv[1:]
         if not argv or argv[0].startswith("-"):
             raise SpecError("exec: give the command after `--`")
-        kh = record["known_hosts"]
-        ssh = ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={kh}",
-               "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-i", h.key,
-               "-p", str(h.ssh_port), f"{h.user}@{h.ssh_host}", shlex.join(argv)]
-        return subprocess.call(ssh, stdin=sys.stdin)
+        return subprocess.call([*openssh_argv(h, record["known_hosts"]), shlex.join(argv)], stdin=sys.stdin)
 
     def health(self, state: LabState) -> list[str]:
         record = deploy.load_record(state.dir)

@@ -29,6 +29,7 @@ from orchestrator.backends.machinesrun import MachinesDriver
 from orchestrator.backends.machinessh import Machine, connect, each
 from orchestrator.errors import BackendError, SpecError
 from orchestrator.hosts.hostsfile import Host
+from orchestrator.hosts.ssh import openssh_argv
 from orchestrator.plan import NetworkPlan
 from orchestrator.shard import node_weights, part_of, shard_plan
 from orchestrator.state import LabState
@@ -304,12 +305,7 @@ class MachinesBackend(Backend):
         raise SpecError(f"lab {state.lab} has no node {node!r}")
 
     def _ssh(self, state: LabState, h: Host, tty: bool = False) -> list[str]:
-        """The OpenSSH client to `h` (its key, the lab's known_hosts, nothing prompted)."""
-        record = self.load_record(state) or {}
-        return ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o",
-                f"UserKnownHostsFile={record.get('known_hosts')}", "-o", "GlobalKnownHostsFile=/dev/null",
-                "-o", "StrictHostKeyChecking=yes", "-i", h.key, "-p", str(h.ssh_port), *(["-t"] if tty else []),
-                f"{h.user}@{h.ssh_host}"]
+        return openssh_argv(h, (self.load_record(state) or {}).get("known_hosts"), tty)
 
     def _in_node(self, state: LabState, node: str, argv: list[str]) -> tuple[Host, list[str]]:
         """`orchestrator exec LAB NODE -- ARGV` on the node's machine (this interpreter's path in ARGV becomes the

@@ -15,14 +15,13 @@ directory into place last: a directory of that name is a finished install. Nothi
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 from orchestrator import machines as mach
 from orchestrator.errors import OrchestratorError
-from orchestrator.hosts.deploy import wheel_cache
+from orchestrator.hosts.deploy import cached_wheels, wheel_cache
 from orchestrator.hosts.hostsfile import Host
 
 # What the machines' commands import (up --part, machine-check, machine-agent, teardown, status, exec): not the
@@ -60,20 +59,7 @@ def python_of(host: Host, digest: str) -> str:
 
 def wheels() -> Path:
     """The machines' wheels for this Python and platform (downloaded once with pip, cached), and a pip wheel."""
-    d = wheel_cache().parent / f"machines-{wheel_cache().name}"
-    stamp = d / "requirements.txt"
-    want = "\n".join(REQUIREMENTS) + "\n"
-    if stamp.exists() and stamp.read_text() == want and any((d / "pip").glob("pip-*.whl")):
-        return d
-    d.mkdir(parents=True, exist_ok=True)
-    for dest, reqs, deps in ((d, REQUIREMENTS, []), (d / "pip", ["pip"], ["--no-deps"])):
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                            "--only-binary=:all:", *deps, "--dest", str(dest), *reqs], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise OrchestratorError(f"cannot download the machines' wheels ({', '.join(reqs)}): "
-                                    f"{r.stderr.strip()[-500:]}")
-    stamp.write_text(want)
-    return d
+    return cached_wheels(wheel_cache().parent / f"machines-{wheel_cache().name}", REQUIREMENTS, "the machines")
 
 
 def bundle(roots: tuple[Path, ...] = mach.CODE_ROOTS) -> bytes:

@@ -31,26 +31,29 @@ def wheel_cache() -> Path:
     return Path.home() / ".cache" / "gossip-testbed" / "wheels" / tag
 
 
-def node_wheels() -> Path:
-    """Wheels of the node's dependencies for this controller's Python and platform (the hosts must match:
-    same Python minor version and architecture), downloaded once with pip and cached."""
-    d = wheel_cache()
+def cached_wheels(d: Path, requirements: list[str], who: str) -> Path:
+    """Wheels of `requirements` for this controller's Python and platform in `d` (the far side must match: same
+    Python minor version and architecture), downloaded once with pip and cached, and a pip wheel in d/pip to
+    install them with (the far side gets a venv without ensurepip: faster). `who` names the far side in errors."""
     stamp = d / "requirements.txt"
-    want = "\n".join(NODE_REQUIREMENTS) + "\n"
-    if stamp.exists() and stamp.read_text() == want and any(d.glob("pydantic-*.whl")) \
-            and any((d / "pip").glob("pip-*.whl")):
+    want = "\n".join(requirements) + "\n"
+    if stamp.exists() and stamp.read_text() == want and any(d.glob("*.whl")) and any((d / "pip").glob("pip-*.whl")):
         return d
     d.mkdir(parents=True, exist_ok=True)
-    # The dependencies, and a pip wheel to install them with (hosts get a venv without ensurepip: faster).
-    for dest, reqs in ((d, NODE_REQUIREMENTS), (d / "pip", ["pip"])):
+    for dest, reqs in ((d, requirements), (d / "pip", ["pip"])):
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
                             "--only-binary=:all:", "--no-deps" if dest != d else "--prefer-binary", "--dest",
                             str(dest), *reqs], capture_output=True, text=True)
         if r.returncode != 0:
-            raise OrchestratorError(f"cannot download wheels for the hosts ({', '.join(reqs)}): "
+            raise OrchestratorError(f"cannot download wheels for {who} ({', '.join(reqs)}): "
                                     f"{r.stderr.strip()[-500:]}")
     stamp.write_text(want)
     return d
+
+
+def node_wheels() -> Path:
+    """The node's dependencies' wheels for the hosts."""
+    return cached_wheels(wheel_cache(), NODE_REQUIREMENTS, "the hosts")
 
 
 def build_bundle(dest: Path) -> Path:

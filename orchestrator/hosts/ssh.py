@@ -38,6 +38,14 @@ class _RecordNewKey(paramiko.MissingHostKeyPolicy):
             self.path.chmod(0o600)
 
 
+def openssh_argv(host: Host, known_hosts: str | Path, tty: bool = False) -> list[str]:
+    """The OpenSSH client to `host` (its key only, its key checked against `known_hosts`, nothing prompted): the
+    command line `exec` hands the user's terminal to; the remote command follows as one string."""
+    return ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-i", host.key,
+            "-p", str(host.ssh_port), *(["-t"] if tty else []), f"{host.user}@{host.ssh_host}"]
+
+
 def open_client(host: Host, known_hosts: Path, accept_new: bool = False, lock: threading.Lock | None = None,
                 timeout_s: float = 5.0) -> paramiko.SSHClient:
     """A connected SSH client to `host`, its key checked against `known_hosts`; HostsError naming the host and
