@@ -93,3 +93,78 @@ def check_verdict(host: Host, rc: int, stdout: str, stderr: str, digest: str, sh
     if report.get("shaper_error"):
         return (f"cannot shape with {shaper}: {report['shaper_error']}", report)
     return None, report
+
+
+# --- a run over several machines: what comes back from each ------------------------------------------------------
+def collected_name(name: str, nodes: set[str], machine: str) -> str | None:
+    """Where a file of a machine's run directory goes in the controller's (pure): its own nodes' events, logs,
+    pcaps and tc statistics under their names, its delay line's statistics and its log under the machine's
+    name; None for anything else (another machine's node, a path that leaves the directory)."""
+    from orchestrator import runschema as schema
+
+    name = name.removeprefix("./")
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return None
+    if parts == [schema.LOG]:
+        return f"machines/{machine}-{schema.LOG}"
+    if len(parts) != 2:
+        return None
+    sub, base = parts
+    if sub == "tc" and base == "delayline.json":
+        return f"tc/delayline-{machine}.json"
+    stem = {"events": base.removesuffix(".jsonl") if base.endswith(".jsonl") else None,
+            "logs": base.removesuffix(".log") if base.endswith(".log") else None,
+            "tc": base.removesuffix(".json") if base.endswith(".json") else None,
+            "pcaps": base if base.endswith(".pcap") else None}.get(sub)
+    if stem is None:
+        return None
+    if sub == "pcaps":                   # <node>-<interface>.pcap, the interface's name may hold '-' too
+        return name if any(stem.startswith(f"{n}-") for n in nodes) else None
+    owner = stem.removesuffix("-tcpdump") if sub == "logs" else stem
+    return name if owner in nodes else None
+
+
+def merge_member_cpu(reports: list[dict | None]) -> dict | None:
+    """The machines' `member_cpu` as one (pure): processes and CPU seconds add up, the ages and walls are the
+    longest, the cores are the sums over the machines."""
+    rs = [r for r in reports if r]
+    if not rs:
+        return None
+    out: dict = {"processes": sum(r.get("processes", 0) for r in rs),
+                 "cpu_s": round(sum(r.get("cpu_s", 0.0) for r in rs), 3),
+                 "uptime_s": max(r.get("uptime_s", 0.0) for r in rs)}
+    out["cores"] = round(out["cpu_s"] / out["uptime_s"], 4) if out["uptime_s"] > 0 else None
+    if all("run_cpu_s" in r for r in rs):
+        out.update(run_cpu_s=round(sum(r["run_cpu_s"] for r in rs), 3), run_wall_s=max(r["run_wall_s"] for r in rs),
+                   run_cores=round(sum(r["run_cores"] for r in rs), 4))
+    out["machines"] = len(rs)
+    return out
+
+
+def merge_budgets(reports: list[dict | None]) -> dict | None:
+    """The machines' `cpu_budget` reports as one (pure): the same budget everywhere, the units of all."""
+    rs = [r for r in reports if r]
+    if not rs:
+        return None
+    out = {k: v for k, v in rs[0].items() if k != "units"}
+    out["units"] = {u: v for r in rs for u, v in (r.get("units") or {}).items()}
+    out["enforced"] = all(r.get("enforced") for r in rs)
+    return out
+
+
+def clock_warnings(start: dict[str, dict], end: dict[str, dict], bound_s: float) -> list[str]:
+    """Warnings for a run whose machine clocks could not be trusted to `bound_s` (pure): an offset measured with
+    an error over the bound, a machine with no offset at the end, or one that drifted more than the bound."""
+    out = []
+    for name, s in sorted(start.items()):
+        if s["error_s"] > bound_s:
+            out.append(f"clock of {name}: offset {s['offset_s'] * 1e3:+.3f} ms known only to ±{s['error_s'] * 1e3:.3f}"
+                       f" ms (bound {bound_s * 1e3:g} ms)")
+        e = end.get(name)
+        if e is None:
+            out.append(f"clock of {name}: not measured at the end of the run (drift unknown)")
+        elif abs(e["offset_s"] - s["offset_s"]) > bound_s:
+            out.append(f"clock of {name}: drifted {(e['offset_s'] - s['offset_s']) * 1e3:+.3f} ms over the run "
+                       f"(bound {bound_s * 1e3:g} ms)")
+    return out
