@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.errors import SpecError
+from orchestrator.source import FieldError
 
 from . import Adapter, Context, GroupContext
 
@@ -45,7 +46,7 @@ def _qsm_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
     try:
         compute_regions(ids, ctx.members, int(params.get("partition_size", 5)))
     except ValueError as exc:
-        raise SpecError(f"protocol.qsm: {exc}") from None
+        raise FieldError(("protocol", "qsm"), str(exc)) from None
     return params
 
 
@@ -93,7 +94,7 @@ def _qsm_groups(params: dict[str, Any], ctx: GroupContext) -> list[dict[str, Any
     try:
         ms = QsmParams.model_validate({"name": "qsm", **full}).membership(cfg)
     except ValueError as exc:
-        raise SpecError(f"protocol.qsm: {exc}") from None
+        raise FieldError(("protocol", "qsm"), str(exc)) from None
     return [{"name": r.name, "members": [ctx.names[m] for m in r.members],
              "senders": [ctx.names[m] for m in ms.origins_of(r)] or "all"}
             for r in ms.regions if r.name not in ctx.declared]
