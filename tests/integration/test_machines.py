@@ -345,7 +345,8 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
     assert budget["enforced"] and budget["cpu"] == 0.25 and budget["dilation"] == 2
     assert sum(u["members"] for u in budget["units"].values()) == len(members)   # every machine's units
     assert sorted(manifest["clock_offsets_s"]) == sorted(members)
-    assert all(abs(o) < 0.01 for o in manifest["clock_offsets_s"].values())     # one kernel clock here
+    # one kernel clock here: the true offset is 0, so each estimate lies within its own bound (RTT / 2)
+    assert all(abs(o["offset_s"]) <= o["error_s"] + 1e-6 for o in manifest["clock"]["machines"].values())
     assert sorted(manifest["machines"]["stopped"]) == ["host1", "host2", "host3"]
     for mem in members:
         assert (run_dir / "events" / f"{mem}.jsonl").stat().st_size > 0, mem
@@ -508,8 +509,12 @@ def test_ip_multicast_across_machines_reaches_every_member_once(ssh_machines, tm
     # the joiner: once each, and every datagram sent from half a second after it joined
     mine = got.get(joiner, [])
     assert len(mine) == len(set(mine)) and set(mine) <= {(ident[o], q) for o, q in sent}
-    after = {(ident[o], q) for (o, q), t in sent.items() if 2.5 <= t < 6.5 and o != joiner}
-    assert after and after <= set(mine), (len(after), len(mine))
+    # from the joiner's start on (its socket joined; the routes were grafted before the start): however late a
+    # busy machine starts its process
+    started = next(json.loads(x)["ts"] for x in (run_dir / "events" / f"{joiner}.jsonl").read_text().splitlines()
+                   if json.loads(x)["event"] == "protocol_started") - manifest["t0_unix"]
+    after = {(ident[o], q) for (o, q), t in sent.items() if started + 0.1 <= t < 6.5 and o != joiner}
+    assert after and after <= set(mine), (started, len(after), len(mine))
     # every member got every datagram, and members on the machines without a sender too: across the cut links
     assert {shards.machine_of(n.name) for n in plan.members} - {shards.machine_of(o) for o, _ in sent}
     assert lab_namespaces(lab) == []
