@@ -16,13 +16,16 @@ Transports (all carry the same packets: the common envelope, then the protocol's
   looped-back copy); the member's own packets are discarded here. A datagram must come from the IP address of
   the member it names.
 - TCP: a listening socket on `listen` (TCP's port space), and one connection per peer pair that both ends send
-  on, opened on the first `stream` send to a peer. Frames are the packets themselves (the envelope's length delimits them).
+  on, opened on the first `stream` send to a peer. Frames are the packets themselves (the envelope's length
+  delimits them).
   The core hears `up` when a connection is established (connected, or accepted and its first frame named a
   member from that member's IP) and `failed` when it ends without the core having asked: EOF, RST, a timeout
   (TCP_USER_TIMEOUT for unacknowledged data, keepalive for an idle connection across a cut link) or a refused
   or timed-out connect. When both ends connect at once, both send on the connection the lower member id opened;
   the other stays open and is only read from (closing it could lose frames in flight), and ends silently.
-Packets from unknown sources, or that do not decode, are counted and logged (rate-limited), never trusted.
+Packets from unknown sources, or that do not decode, are counted and logged (rate-limited), never trusted; such
+a TCP frame ends its connection (the stream is not trusted after it). A message that decodes and authenticates but
+that the core rejects (`BadMessage`) is counted and logged the same way and dropped alone.
 """
 from __future__ import annotations
 
@@ -632,9 +635,16 @@ class NodeRuntime:
                 self._adopt(conn)
             elif msg.sender != conn.peer:
                 raise BadMessage(f"frame names sender {msg.sender} on the connection of member {conn.peer}")
-            self._deliver(msg, now, "tcp")
         except (wire.DecodeError, BadMessage) as exc:
             self.bad_frame(conn, frame, str(exc))
+            return
+        try:
+            self._deliver(msg, now, "tcp")
+        except BadMessage as exc:
+            # a frame that decodes and comes from its member, which the core rejects (one message it had no use
+            # for, e.g. a QSM token of a round given up for lost): that message is dropped; the stream is sound
+            # and the frames behind it on it are not lost with it
+            self._bad_packet(now, frame, f"tcp:{conn.ip}", str(exc))
 
     def bad_frame(self, conn: _TcpConn, head: bytes, reason: str) -> None:
         """A frame that does not decode or authenticate: the stream is not trusted any more; drop the connection

@@ -107,3 +107,33 @@ def test_four_members_over_tcp_on_loopback_deliver_everything_once(tmp_path):
     ups = [e for e in log if e["event"] == "connection_up"]
     # senders 0 and 1 connect to everyone: 2 x 3 - 1 distinct pairs, each reported up at both ends
     assert len(ups) == 2 * 5
+
+
+class _FakeTransport:
+    def __init__(self):
+        self.aborted = False
+
+    def abort(self):
+        self.aborted = True
+
+
+def test_a_frame_the_core_rejects_is_dropped_alone_one_that_does_not_authenticate_ends_the_stream(tmp_path):
+    # member 3 hears from member 2 on its TCP connection: DATA from 2, who is no sender, is the core's BadMessage —
+    # logged, counted, the connection kept (the frames behind it are sound); a frame naming another member on 2's
+    # connection, or bytes that do not decode, end it
+    cfg = config(3, transport="tcp").model_copy(update={"event_log": tmp_path / "m3.jsonl"})
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        node = NodeRuntime(cfg, sock)
+        node.core = DirectNode(cfg, 0.0)
+        conn = _TcpConn(node, 2, True)
+        conn.ip, conn.transport = "127.0.0.1", _FakeTransport()
+        node.on_frame(conn, wire.encode(Data(2, 1, b"x")))
+        assert node.counters["bad_packets"] == 1 and not conn.transport.aborted
+        node.on_frame(conn, wire.encode(Data(0, 1, b"x")))
+        assert node.counters["bad_packets"] == 2 and conn.transport.aborted
+        conn.transport = _FakeTransport()
+        node.on_frame(conn, b"\x00" * 24)
+        assert node.counters["bad_packets"] == 3 and conn.transport.aborted
+        node._log.close()
+    reasons = [e["reason"] for e in events(cfg) if e["event"] == "bad_packet"]
+    assert "who is not a sender" in reasons[0] and "on the connection of member 2" in reasons[1], reasons
