@@ -2,8 +2,11 @@
 
 Every message goes through `wire.encode`/`wire.decode`. UDP and IP multicast copies are lost independently with
 probability `loss` and otherwise delivered after a random latency; a multicast reaches every other member whose
-config lists the group. TCP streams (`Output.stream`: the token, push, pull, NAK, ACK) are reliable and in order
-per pair of members, after the same latency. All randomness comes from the seed.
+config lists the group. TCP streams (`Output.stream`: the token, push, pull, NAK, ACK) are in order per pair of
+members, after the same latency, and reliable unless `tcp_late`/`tcp_lost` say otherwise: as the lab's TCP is,
+where a connection to a ring neighbour whose SYN was lost opens a second or more late (a frame is late by 1-3 s
+with probability `tcp_late`, and every frame behind it on its pair waits too) and a connection that fails drops
+its queue (a frame is lost with probability `tcp_lost`). All randomness comes from the seed.
 
 `drop(src, dst, msg)`, if set, loses the UDP/multicast copies it returns True for (hand-worked tests); `after(sim)`,
 if set, runs after every delivered message and timer (to check an invariant at every step). `crash(i)` stops a
@@ -61,9 +64,12 @@ def make_configs(n: int, groups: dict[str, list[int]], *, senders: Iterable[int]
 
 class Sim:
     def __init__(self, configs: list[NodeConfig], *, loss: float = 0.0,
-                 latency: tuple[float, float] = (0.002, 0.02), seed: int = 0) -> None:
+                 latency: tuple[float, float] = (0.002, 0.02), seed: int = 0, tcp_late: float = 0.0,
+                 tcp_lost: float = 0.0) -> None:
         self.rng = random.Random(seed)
         self.loss = loss
+        self.tcp_late = tcp_late
+        self.tcp_lost = tcp_lost
         self.latency = latency
         self.now = 0.0
         self.nodes = {cfg.id: QsmNode(cfg, 0.0) for cfg in configs}
@@ -111,7 +117,15 @@ class Sim:
         for dst, msg in out.stream:
             pkt = wire.encode(msg)
             self.sent[f"tcp:{msg.type.name}"] += 1
-            at = max(self.now + self._lat(), self.stream_last.get((i, dst), 0.0) + 1e-6)
+            late = 0.0
+            if self.tcp_late or self.tcp_lost:
+                r = self.rng.random()
+                if r < self.tcp_lost:
+                    self.lost["tcp"] += 1
+                    continue
+                if r < self.tcp_lost + self.tcp_late:
+                    late = self.rng.uniform(1.0, 3.0)
+            at = max(self.now + self._lat() + late, self.stream_last.get((i, dst), 0.0) + 1e-6)
             self.stream_last[(i, dst)] = at
             self._push(at, "msg", (dst, pkt, "tcp"))
 

@@ -193,12 +193,20 @@ class QsmNode(Core):
         return max(3, math.ceil(self.p.retransmit_s / self.p.token_interval_s) + 2)
 
     def _expiry(self, v: View) -> float:
-        """When an old view this member does not lead ends here: it misses nothing it has seen of it, and no token
-        has come for two rounds more than its leader waits before retiring it (counted from the view change at
-        the earliest: a token that died with a removed leader long before the view says nothing of its end)."""
-        if v.current or v.is_rleader or not self._complete(v):
+        """When an old view this member does not lead ends here: it misses nothing it has seen of it, the last
+        token that came showed everything it knows of stable in the whole view (`_settled`), and no token has
+        come since for two rounds more than its leader waits before retiring it (counted from the view change at
+        the earliest: a token that died with a removed leader long before the view says nothing of its end). A
+        member must not end a view others still recover in because its tokens were late or lost for a while: it
+        leaves a hole in the ring that every later token dies in."""
+        if v.current or v.is_rleader or not self._complete(v) or not self._settled(v):
             return math.inf
         return v.last_visit + (self._retire_rounds() + 2) * self.p.token_interval_s
+
+    def _settled(self, v: View) -> bool:
+        """The last token that visited `v` here purged (was stable region-wide) every packet this member knows of
+        in it: the largest any member had seen in the round before, and the largest it has seen itself."""
+        return all(o in self.ms.removed or v.purged[o] >= max(v.cutoff[o], v.max_seen[o]) for o in v.origins)
 
     def _complete(self, v: View) -> bool:
         """This member holds every packet of `v` up to the largest any member of it is known to have (or their
@@ -558,9 +566,12 @@ class QsmNode(Core):
     def _handle_token(self, v: View, token: Token, now: float, out: Output) -> None:
         if token.phase == 2:
             if not v.is_rleader or token.round != v.round:
-                if v.changed:       # a round of the view before the GMS's last change (§2.3.2: "there might
-                    self.counters["stale_token"] += 1     # occasionally be two self-elected leaders")
-                    out.log(now, "token_stale", round=token.round, region=v.region.name)
+                # a round of the view before the GMS's last change (§2.3.2: "there might occasionally be two
+                # self-elected leaders"), or one this leader gave up for lost and generated again (`tick`): it
+                # was only late (a TCP connection to a ring neighbour still connecting, its SYN lost)
+                if v.changed or (v.is_rleader and token.round < v.round):
+                    self.counters["stale_token"] += 1
+                    out.log(now, "token_stale", round=token.round, region=v.region.name, current=v.round)
                     return
                 raise BadMessage("TOKEN home at a member that does not lead the region" if not v.is_rleader
                                  else f"TOKEN of round {token.round} home in round {v.round}")
