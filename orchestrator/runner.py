@@ -104,6 +104,15 @@ DISPATCH: dict[OpKind, Callable[[NodeDriver, Op], dict]] = {
 assert set(DISPATCH) == set(OpKind)
 
 
+def joiners_of(op: Op, names: list[str]) -> list[str]:
+    """The members a GMS_VIEW op adds to the group (its targets that its last change adds and that are not down),
+    `names` the plan's members by id. Pure."""
+    changes, down = op.params
+    kind, ids = changes[-1]
+    added = {names[i] for i in ids} if kind == "add" else set()
+    return [t for t in op.targets if t in added and t not in down]
+
+
 @dataclass
 class GroupMembers:
     """The members the lab's multicast routing reaches, as the schedule changes them (docs/multicast.md, "Members
@@ -151,6 +160,20 @@ class Runner:
     dilation: float = 1.0           # real seconds per virtual second: the schedule's times are virtual
     _groups: GroupMembers | None = field(default=None, init=False, repr=False)
     _routed: tuple[frozenset[str], list] = field(default=(frozenset(), []), init=False, repr=False)   # installed
+
+    def _await_joiners(self, op: Op) -> float | None:
+        """Before the GMS's view that adds joiners, wait (bounded) until those it adds are running: a view
+        announced while a joiner's process is still starting never reaches it (its control socket is not there
+        yet), and the others' new region views would hold a member that takes part in nothing, every token dying
+        there. The GMS acts on requests ("The GMS listens to client requests as well as messages from a failure
+        detector", QSM §2.1): a member that asks to join is up. On a busy machine an interpreter takes a second or more to start. Returns the wait (virtual ms), None
+        when the view adds nobody of this op."""
+        joiners = joiners_of(op, [m.name for m in self.driver.ctx.plan.members])
+        if not joiners:
+            return None
+        t = self.clock()
+        self.driver.await_ready(joiners, timeout_s=START_TIMEOUT_S + START_PER_NODE_S * len(joiners))
+        return (self.clock() - t) / self.dilation * 1000
 
     def apply(self, op: Op) -> dict:
         if op.kind not in self.driver.OPS:      # validation refused this before anything was built
@@ -204,6 +227,7 @@ class Runner:
             while ops and ops[0].t <= now:
                 op = ops.pop(0)
                 before = (self.clock() - t0) / n
+                waited = self._await_joiners(op) if op.kind == OpKind.GMS_VIEW else None
                 routes: list[dict | None] = []
                 if self._groups is not None:
                     # graft before the op (a joiner's copies must reach it from its view on), prune after it
@@ -218,6 +242,8 @@ class Runner:
                          "targets": list(op.targets), "links": [f"{a}/{b}" for a, b in op.links]}
                 if op.kind == OpKind.CRASH:
                     entry["mode"] = op.params or "kill"
+                if waited is not None:
+                    entry["joiners_ready_ms"] = waited
                 if any(routes):
                     entry["multicast_routes"] = {k: sum(r[k] for r in routes if r) for k in ("nodes", "set",
                                                                                                "deleted")}
@@ -265,9 +291,10 @@ class Runner:
 def decide_packing(backend: Backend, exp, members: int) -> packmod.PackingDecision:
     """The experiment's `nodes.packing` on this machine; SpecError if it packs members on a backend whose driver
     the packed driver does not extend (only the namespace backend's nodes are processes of this machine in named
-    namespaces). docker and hosts refuse it already in their `check_run`, with their own words."""
+    namespaces). docker and hosts refuse it already in their `check_run`, with their own words. Over several
+    machines each machine's agent decides again for its own members; this decision sizes the time dilation."""
     decision = packmod.decide_here(exp, members)
-    if decision.packed and not issubclass(packmod.PackedDriver, backend.driver_class):
+    if decision.packed and not backend.packs_remotely and not issubclass(packmod.PackedDriver, backend.driver_class):
         raise SpecError(f"nodes.packing: the {backend.name} backend cannot pack members ({decision.reason}); use "
                         f"`nodes: {{packing: process}}`")
     return decision
@@ -304,7 +331,7 @@ def write_judges(rd: RunDir) -> None:
 
 
 def make_driver(backend: Backend, ctx: RunContext, decision: packmod.PackingDecision) -> NodeDriver:
-    if decision.packed:
+    if decision.packed and not backend.packs_remotely:     # a machine's agent packs its own members
         return packmod.PackedDriver(backend, ctx, decision)
     return backend.driver(ctx)
 
@@ -477,7 +504,8 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         #    container or on a host, says where its files are), written once; fidelity probe, captures, nodes.
         rd.write_configs(driver.configure(p.configs))
         rd.log(f"run {p.run_id}: lab {p.lab} ({'built' if p.built else 'reused'}) on {backend.name}, "
-               f"shaper {state.shaper}, {p.packing.processes} node processes ({p.packing.reason})")
+               f"shaper {state.shaper}, " + ("node processes decided on each machine" if backend.packs_remotely
+                                             else f"{p.packing.processes} node processes ({p.packing.reason})"))
         if backend.fidelity_probe:
             progress.note("fidelity probe ...")
             fsum = fid.probe(plan, state.shaper, lambda node, argv, **kw: backend.popen(state, node, argv, **kw),

@@ -178,14 +178,18 @@ def test_qsm_members_join_mid_stream(tmp_path):
     assert all(early[j] <= waited[j] / 2 for j in joiners), (early, waited)
     (start,) = [e for e in log if e["event"] == "multicast_routes"]
     assert start["members"] == 21 and start["nodes"] >= 3
-    grafted = next(e for e in log if e["event"] == "action_applied" and e["op"] == "gms_view")["multicast_routes"]
+    view_op = next(e for e in log if e["event"] == "action_applied" and e["op"] == "gms_view")
+    grafted = view_op["multicast_routes"]
     assert grafted["nodes"] >= 3, grafted
+    # the view reached every running member, the joiners too: it waited until they were up (on a busy machine a
+    # joiner's process came up after the view was due, and the view announced then never reached it)
+    assert "errors" not in view_op and view_op["joiners_ready_ms"] >= 0, view_op
     print(f"\nQSM joins: {len(sent)} packets ({sum(1 for v in sent.values() if v[2] == 'h20')} from h20 after it "
           f"joined); {len(views)} members installed the view within "
           f"{(max(since.values()) - min(since.values())) * 1e3:.0f} ms; joiners delivered "
           f"{ {j: sum(1 for (n, _, _) in got if n == j) for j in sorted(joiners)} }; old views retired "
           f"{dict(retired)}; messages before joining {early}; routes changed at {start['nodes']} nodes at the start, "
-          f"{grafted['nodes']} at the view")
+          f"{grafted['nodes']} at the view; the view waited {view_op['joiners_ready_ms']:.0f} ms for the joiners")
 
 
 @pytest.mark.root

@@ -293,6 +293,37 @@ def test_a_crash_in_a_qsm_run_is_followed_by_the_gms_view_to_the_running_members
     assert not [w for w in m.get("warnings", []) if "QSM" in w]
 
 
+def test_the_view_that_adds_joiners_waits_until_they_are_running(tmp_path, monkeypatch):
+    # a view announced while a joiner's process is still starting never reaches it (make test, a busy machine:
+    # h5 and h12 came up 1 s after their start, 20 ms after the view): the runner waits for the joiners it adds
+    calls = fake_backend(monkeypatch)
+    text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
+            "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
+            "failure_detection: 0.5s}}\n"
+            "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n"
+            "schedule:\n  - {at: 0.5s, action: join, nodes: [h3, h4]}\n  - {at: 1.2s, action: crash, nodes: [h5]}\n")
+    run_dir = run(_write(tmp_path, text), RunOptions(backend="fake", out=tmp_path / "runs"))
+    k = next(i for i, c in enumerate(calls) if c[0] == "control_members")
+    assert calls[k - 1] == ("await_ready", ("h3", "h4")) and calls[k][2] == "gms_view"
+    assert [c for c in calls[k + 1:] if c[0] == "await_ready"] == []     # the crash's view adds nobody
+    applied = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()
+               if json.loads(x)["event"] == "action_applied" and json.loads(x)["op"] == "gms_view"]
+    assert [("joiners_ready_ms" in a, a["targets"]) for a in applied] == [(True, ["h3", "h4"]), (False, ["h5"])]
+
+
+def test_joiners_of_a_view_are_its_targets_its_last_change_adds_and_not_down():
+    from orchestrator.runner import joiners_of
+    from orchestrator.schedule import Op, OpKind
+
+    names = [f"h{i}" for i in range(6)]
+    view = lambda targets, changes, down=(): Op(t=1.0, seq=0, kind=OpKind.GMS_VIEW, index=0,  # noqa: E731
+                                                 targets=tuple(targets), params=(tuple(changes), tuple(down)))
+    assert joiners_of(view(["h3", "h4"], [("add", (3, 4))]), names) == ["h3", "h4"]
+    assert joiners_of(view(["h3", "h4"], [("add", (3, 4))], down=["h4"]), names) == ["h3"]
+    assert joiners_of(view(["h2"], [("add", (3, 4)), ("remove", (2,))]), names) == []
+    assert joiners_of(view(["h1"], [("add", (3, 4))]), names) == []       # a resumed member's view again
+
+
 @pytest.mark.parametrize("protocol, gms", [
     ("qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, failure_detection: 0.5s}", True),
     ("direct: {transport: udp}", False),
