@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from orchestrator.hosts.hostsfile import Host
@@ -113,6 +114,8 @@ def collected_name(name: str, nodes: set[str], machine: str) -> str | None:
     sub, base = parts
     if sub == "tc" and base == "delayline.json":
         return f"tc/delayline-{machine}.json"
+    if sub == "logs" and re.fullmatch(r"pack-\d+\.log", base):      # a pack of members' process (its own numbering)
+        return f"logs/{machine}-{base}"
     stem = {"events": base.removesuffix(".jsonl") if base.endswith(".jsonl") else None,
             "logs": base.removesuffix(".log") if base.endswith(".log") else None,
             "tc": base.removesuffix(".json") if base.endswith(".json") else None,
@@ -142,15 +145,32 @@ def merge_member_cpu(reports: list[dict | None]) -> dict | None:
     return out
 
 
-def merge_budgets(reports: list[dict | None]) -> dict | None:
-    """The machines' `cpu_budget` reports as one (pure): the same budget everywhere, the units of all."""
-    rs = [r for r in reports if r]
+def merge_budgets(reports: dict[str, dict | None]) -> dict | None:
+    """The machines' `cpu_budget` reports (machine -> report) as one (pure): the same budget everywhere, the units
+    of all; a unit of a machine's own (a pack of members: `pack-K` on every machine) named after its machine."""
+    rs = {m: r for m, r in reports.items() if r}
     if not rs:
         return None
-    out = {k: v for k, v in rs[0].items() if k != "units"}
-    out["units"] = {u: v for r in rs for u, v in (r.get("units") or {}).items()}
-    out["enforced"] = all(r.get("enforced") for r in rs)
+    out = {k: v for k, v in next(iter(rs.values())).items() if k != "units"}
+    out["units"] = {(f"{m}-{u}" if u.startswith("pack-") else u): v
+                    for m, r in rs.items() for u, v in (r.get("units") or {}).items()}
+    out["enforced"] = all(r.get("enforced") for r in rs.values())
     return out
+
+
+def merge_packing(decisions: dict[str, dict]) -> dict:
+    """How the machines run their members (`nodes.packing`, decided by each machine's agent for its own members,
+    memory and cores; machine -> PackingDecision.manifest()) as the run's `packing` (pure): packed if any machine
+    packs, the processes of all, the largest pack, each machine's decision under `machines`."""
+    ds = {m: d for m, d in sorted(decisions.items()) if d}
+    if not ds:
+        return {}
+    packed = any(d.get("mode") == "packed" for d in ds.values())
+    return {"mode": "packed" if packed else "process",
+            "members_per_process": max(d.get("members_per_process", 1) for d in ds.values()),
+            "processes": sum(d.get("processes", 0) for d in ds.values()),
+            "reason": "decided on each machine: " + "; ".join(f"{m}: {d.get('reason')}" for m, d in ds.items()),
+            "machines": ds}
 
 
 def clock_warnings(start: dict[str, dict], end: dict[str, dict], bound_s: float) -> list[str]:

@@ -222,6 +222,7 @@ class Backend(ABC):
     state_survives_reboot: ClassVar[bool] = False   # what it creates outlives a reboot: keep the state where it does
     enforces_cpu: ClassVar[bool] = True         # its driver enforces `nodes.cpu` (cgroups, Docker's CPU quota)
     routes_groups: ClassVar[bool] = True        # it builds multicast groups' routes (real hosts' network does not)
+    packs_remotely: ClassVar[bool] = False      # its driver packs members itself, where they run (machines' agents)
 
     @abstractmethod
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:

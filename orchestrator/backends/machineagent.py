@@ -1,12 +1,14 @@
 """One machine's side of a run over several machines (`orchestrator machine-agent`, started by the controller over
-SSH, docs/machines.md): the machine's members run under the Mininet backend's own driver (LocalDriver: processes in
-the part's namespaces, captures, CPU-budget cgroups), driven by the controller one request at a time.
+SSH, docs/machines.md): the machine's members run under the Mininet backend's own drivers (LocalDriver: processes in
+the part's namespaces, captures, CPU-budget cgroups; PackedDriver when the experiment's `nodes.packing`, decided
+here for this machine's members, memory and cores, packs them), driven by the controller one request at a time.
 
 Reads one JSON request per line on stdin, writes one JSON reply per line on stdout:
 
     {"op": "time"}                                       -> {"ok": true, "t": <this machine's clock>}
     {"op": "open", "spec", "clock", "run_dir", "ctl_dir", "first", "configs"}
-                                                         -> {"ok": true}      (the run's driver, its configs)
+                                                         -> {"ok": true, "packing": {...}}   (the run's driver,
+                                                            its configs; how this machine runs its members)
     {"op": "call", "method": "start_nodes", "args": [...]} -> {"ok": true, "result": ...}
     {"op": "bye"}                                        -> exits
 
@@ -45,10 +47,11 @@ class Agent:
         self.ctl_dir: Path | None = None
         self.stopped = False
 
-    def open(self, req: dict) -> None:
+    def open(self, req: dict) -> dict:
         from orchestrator.backends.base import NullProgress, RunContext
         from orchestrator.backends.local import LocalDriver
         from orchestrator.backends.mininet import MininetBackend
+        from orchestrator.backends.packing import PackedDriver, decide_here
         from orchestrator.rundir import RunDir
         from orchestrator.spec import Experiment
         from gossipnode.vclock import VirtualClock
@@ -66,11 +69,14 @@ class Agent:
         ctx = RunContext(exp, self.plan, self.state, run, self.ctl_dir, [m for m in req["first"]
                                                                           if m in req["configs"]],
                          NullProgress(), clock)
-        self.driver = LocalDriver(MininetBackend(part=self.part), ctx)
-        run.write_configs(req["configs"])
-        self.driver.configure(req["configs"])
+        decision = decide_here(exp, len(req["configs"]))       # this machine's members, memory and cores
+        backend = MininetBackend(part=self.part)
+        self.driver = PackedDriver(backend, ctx, decision) if decision.packed else LocalDriver(backend, ctx)
+        run.write_configs(self.driver.configure(req["configs"]))
         run.log(f"machine agent (pid {os.getpid()}): {len(req['configs'])} member(s) of lab {self.state.lab}, "
-                f"{len(self.part.nodes)} node(s), {len(self.part.tunnels)} tunnel end(s)")
+                f"{len(self.part.nodes)} node(s), {len(self.part.tunnels)} tunnel end(s); {decision.processes} "
+                f"node process(es) ({decision.reason})")
+        return decision.manifest()
 
     def call(self, method: str, args: list):
         if method not in METHODS:
@@ -95,8 +101,7 @@ class Agent:
             if op == "time":
                 return {"ok": True, "t": time.time()}
             if op == "open":
-                self.open(req)
-                return {"ok": True}
+                return {"ok": True, "packing": self.open(req)}
             if op == "call":
                 return {"ok": True, "result": self.call(req["method"], list(req.get("args") or []))}
             return {"ok": False, "error": f"unknown op {op!r}", "kind": "spec"}

@@ -78,6 +78,7 @@ class MachinesBackend(Backend):
     remote_shaping = True           # each machine probes its own kernel (machine-check)
     fidelity_probe = True           # popen in a node: over SSH to its machine; cut links held to formula + underlay
     state_survives_reboot = True    # the machines keep their parts when this one reboots
+    packs_remotely = True           # each machine's agent decides `nodes.packing` for its members (docs/machines.md)
     driver_class = MachinesDriver
 
     def __init__(self, inventory: str | Path | None = None, known_hosts: str | Path | None = None,
@@ -363,8 +364,5 @@ class MachinesBackend(Backend):
 
     # --- runs ----------------------------------------------------------------------------------------------------
     def check_run(self, exp, plan: NetworkPlan, lab: str, state: LabState | None) -> None:
-        from orchestrator.backends import packing
-
-        packing.refuse("machines", exp, len(plan.members))    # a member is a process on its machine
         if state is None and self.inventory is None:
             raise SpecError("run --machines needs an inventory")

@@ -116,6 +116,7 @@ class MachinesDriver(NodeDriver):
         self.offsets: dict[str, clock.Offset] = {}
         self.fields: dict = {}
         self.rtt_s: dict[str, float] = {}        # each machine's last request's round trip
+        self.packing: dict[str, dict] = {}      # how each machine's agent runs its members (`nodes.packing`)
 
     # -- where things are
     def remote_run_dir(self, machine: str) -> str:
@@ -195,6 +196,7 @@ class MachinesDriver(NodeDriver):
             if not r.get("ok"):
                 link.close()
                 raise BackendError(f"machine {name}: the run could not open there: {r.get('error')}")
+            self.packing[name] = r.get("packing") or {}
             return name, link
 
         with ThreadPoolExecutor(max_workers=min(16, len(used))) as ex:
@@ -218,6 +220,9 @@ class MachinesDriver(NodeDriver):
                                    "cut_links": len(self.record["sharding"]["cut_links"])}
         for n, o in self.offsets.items():
             ctx.run.log(f"clock {n}: offset {o.offset_s * 1000:+.3f} ms, rtt {o.rtt_s * 1000:.3f} ms")
+        for n, d in sorted(self.packing.items()):
+            ctx.run.log(f"machine {n}: {d.get('processes')} node process(es) ({d.get('reason')})")
+        self.fields["packing"] = mach.merge_packing(self.packing)
 
     def manifest_fields(self) -> dict:
         return dict(self.fields)
@@ -319,7 +324,8 @@ class MachinesDriver(NodeDriver):
         captures = [c for r in reports.values() for c in r.get("captures", [])]
         manifest = {k: v for k, v in (
             ("member_cpu", mach.merge_member_cpu([r["manifest"].get("member_cpu") for r in reports.values()])),
-            ("cpu_budget", mach.merge_budgets([r["manifest"].get("cpu_budget") for r in reports.values()]))) if v}
+            ("cpu_budget", mach.merge_budgets({n: r["manifest"].get("cpu_budget") for n, r in reports.items()})))
+            if v}
         warnings = mach.clock_warnings({n: o.to_json() for n, o in self.offsets.items()},
                                        self.fields.get("clock_end", {}), CLOCK_BOUND_S)
         for w in warnings:
@@ -327,6 +333,9 @@ class MachinesDriver(NodeDriver):
         if warnings:
             manifest["warnings"] = list(run.manifest.get("warnings") or []) + warnings
         missing = sorted(set(self.links) - set(reports))
+        packs = {n: r["manifest"]["packing"] for n, r in reports.items() if "packing" in r.get("manifest", {})}
+        if self.packing:
+            manifest["packing"] = mach.merge_packing({**self.packing, **packs})
         manifest["machines"] = {**self.fields.get("machines", {}), "stopped": sorted(reports),
                                 "not_stopped": missing, "clock_end": self.fields.get("clock_end", {})}
         return StopReport(captures=captures, manifest=manifest)

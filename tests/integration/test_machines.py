@@ -318,8 +318,9 @@ seed: 2
 
 
 def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tmp_path):
-    """`run --machines`: the nodes run on the machines holding them, the schedule's crash and pause reach them
-    there, and the run directory gets every member's events, logs and pcaps back with the clock offsets."""
+    """`run --machines`: the nodes run on the machines holding them (packed three to a process there), the
+    schedule's crash and partition reach them there, and the run directory gets every member's events, logs and
+    pcaps back with the clock offsets."""
     m = ssh_machines
     lab = f"gr{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
@@ -327,8 +328,9 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
     plan = prepare(exp).plan
     # a partition of the second shard's root: its uplink is a cut link (a tunnel), cut on both machines' sides
     cut = shard_plan(plan, ["host1", "host2", "host3"]).cut[0]
-    # each member with a CPU budget, at time dilation 2: every machine's agent enforces its members' budgets
-    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=12, nodes="nodes: {cpu: 0.25}\n", extra=(
+    # each member with a CPU budget, at time dilation 2, packed three to a process: every machine's agent packs its
+    # members and enforces their budgets (a pack's budget its members')
+    exp.write_text(RUN_EXPERIMENT.format(name=lab, duration=12, nodes="nodes: {cpu: 0.25, packing: 3}\n", extra=(
         f"  - {{at: 8s, action: partition, subtree: {cut.child}}}\n  - {{at: 10s, action: heal}}\n")))
     inv = m.inventory_file(tmp_path / "inventory.ini", machine_entries(m, tmp_path))
     r = orch(tmp_path, "run", str(exp), "--machines", str(inv), "--known-hosts", str(m.known_hosts),
@@ -344,6 +346,12 @@ def test_a_run_over_three_machines_collects_every_members_files(ssh_machines, tm
     budget = manifest["cpu_budget"]
     assert budget["enforced"] and budget["cpu"] == 0.25 and budget["dilation"] == 2
     assert sum(u["members"] for u in budget["units"].values()) == len(members)   # every machine's units
+    packing = manifest["packing"]
+    on = {name: s["members"] for name, s in manifest["machines"]["shards"].items() if s["members"]}
+    assert packing["mode"] == "packed" and sorted(packing["machines"]) == sorted(on), packing
+    assert packing["processes"] == sum(-(-k // 3) for k in on.values()), (packing, on)
+    assert {f"{m}-pack-0.log" for m in on} <= {p.name for p in (run_dir / "logs").iterdir()}
+    assert all(u.startswith(tuple(on)) for u in budget["units"]), budget["units"]       # per machine's packs
     assert sorted(manifest["clock_offsets_s"]) == sorted(members)
     # one kernel clock here: the true offset is 0, so each estimate lies within its own bound (RTT / 2)
     assert all(abs(o["offset_s"]) <= o["error_s"] + 1e-6 for o in manifest["clock"]["machines"].values())

@@ -121,6 +121,7 @@ def test_only_a_machines_own_files_come_back_and_nothing_outside_the_run_directo
     assert c("pcaps/h2-any.pcap") is None and c("pcaps/h1.txt") is None
     assert c("tc/h1.json") == "tc/h1.json" and c("tc/delayline.json") == "tc/delayline-m2.json"
     assert c("orchestrator.log") == "machines/m2-orchestrator.log"
+    assert c("logs/pack-0.log") == "logs/m2-pack-0.log" and c("logs/pack-x.log") is None
     for bad in ("../etc/passwd", "events/../../x.jsonl", "/etc/passwd", "events/sub/h1.jsonl", "manifest.json",
                 "configs/h1.json", "events/", ""):
         assert c(bad) is None, bad
@@ -136,9 +137,21 @@ def test_member_cpu_and_budgets_of_the_machines_add_up():
                    "run_wall_s": 8.1, "run_cores": 0.372, "machines": 2}
     assert mach.merge_member_cpu([None, None]) is None
     ba = {"enforced": True, "mechanism": "cgroup v1 CFS bandwidth", "cpu": 0.5, "dilation": 2, "units": {"u1": {}}}
-    bb = {**ba, "units": {"u2": {"members": 1}}}
-    assert mach.merge_budgets([ba, bb]) == {**ba, "units": {"u1": {}, "u2": {"members": 1}}}
-    assert mach.merge_budgets([ba, {**bb, "enforced": False}])["enforced"] is False
+    bb = {**ba, "units": {"u2": {"members": 1}, "pack-0": {"members": 3}}}
+    assert mach.merge_budgets({"m1": ba, "m2": bb, "m3": None}) == {
+        **ba, "units": {"u1": {}, "u2": {"members": 1}, "m2-pack-0": {"members": 3}}}
+    assert mach.merge_budgets({"m1": ba, "m2": {**bb, "enforced": False}})["enforced"] is False
+    assert mach.merge_budgets({"m1": None}) is None
+
+
+def test_the_machines_packing_decisions_make_the_runs():
+    proc = {"mode": "process", "members_per_process": 1, "processes": 5, "reason": "packing: process"}
+    packed = {"mode": "packed", "members_per_process": 4, "processes": 3, "reason": "packing: 4"}
+    got = mach.merge_packing({"m2": packed, "m1": proc})
+    assert got == {"mode": "packed", "members_per_process": 4, "processes": 8,
+                   "reason": "decided on each machine: m1: packing: process; m2: packing: 4",
+                   "machines": {"m1": proc, "m2": packed}}
+    assert mach.merge_packing({"m1": proc, "m2": proc})["mode"] == "process" and mach.merge_packing({}) == {}
 
 
 def test_clock_warnings_flag_coarse_offsets_drift_and_a_missing_end():
