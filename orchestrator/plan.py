@@ -129,7 +129,12 @@ class NetworkPlan:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
 
     def digest(self) -> str:
-        return hashlib.sha256(self.to_json().encode()).hexdigest()
+        return self.digest_of(self.to_json())
+
+    @staticmethod
+    def digest_of(plan_json: str) -> str:
+        """The digest of a plan from its `to_json()`."""
+        return hashlib.sha256(plan_json.encode()).hexdigest()
 
     @classmethod
     def from_dict(cls, d: dict) -> "NetworkPlan":

@@ -206,7 +206,7 @@ class MachinesBackend(Backend):
         progress.note("shards: " + ", ".join(f"{s.machine} {len(s.nodes)} nodes ({s.members} members)"
                                              for s in sharding.shards)
                       + f"; {len(sharding.cut)} cut link(s) as VXLAN tunnels")
-        digest = plan.digest()
+        digest = state.plan_digest or plan.digest()        # `up` saved the plan (and its digest) before this
         args_common = ["--name", state.lab, "--shaper", state.shaper]
         args_common += (["--strict-shaping"] if self.strict else []) + [a for s in self.sets for a in ("--set", s)]
         args_common += ["--dilation", self.dilation] if self.dilation else []

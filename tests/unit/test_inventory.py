@@ -59,6 +59,20 @@ def test_an_ini_inventory_gives_the_testbed_groups_hosts_in_order(tmp_path, key)
     assert {h.key for h in hosts} == {str(key.resolve())}
 
 
+def test_an_inventory_is_parsed_once_until_it_changes(tmp_path, key, monkeypatch):
+    from orchestrator.hosts import inventory
+
+    calls = []
+    real = inventory.ansible_inventory_list
+    monkeypatch.setattr(inventory, "ansible_inventory_list", lambda path: calls.append(path) or real(path))
+    f = tmp_path / "inventory.ini"
+    f.write_text(INI.format(key=key))
+    first = load_hosts(f)
+    assert load_hosts(f) == first and len(calls) == 1            # ansible-inventory once (~0.4 s a call)
+    f.write_text(INI.format(key=key).replace("192.0.2.11", "192.0.2.99"))
+    assert [h.ssh_host for h in load_hosts(f)] == ["192.0.2.99", "192.0.2.10"] and len(calls) == 2
+
+
 def test_a_yaml_inventory_with_nested_children_and_inherited_vars(tmp_path, key):
     f = tmp_path / "inventory.yml"
     f.write_text(YAML.format(key=key))
