@@ -441,7 +441,7 @@ def dissector(
 def machine_check(shaper: ShaperName = typer.Option(ShaperName.auto, help=SHAPER_HELP)) -> None:
     """Internal (`up --machines` asks every machine): this machine's code digest, uid, kernel features and
     shaper, as one JSON line."""
-    from orchestrator.backends.machines import local_check
+    from orchestrator.machinecheck import local_check
 
     print(json.dumps(local_check(shaper.value)))
 

@@ -9,27 +9,13 @@ choose; any machine that fails is named with its reason and nothing is built (ex
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from pathlib import Path
 
 from orchestrator.hosts.hostsfile import Host
 
-REPO = Path(__file__).resolve().parent.parent
-CODE_ROOTS = (REPO / "orchestrator", REPO / "node_image" / "gossipnode")
 FEATURES = ("netns", "veth", "vxlan")
 NOT_UP = "is up (see `orchestrator status`)"        # the end of LabNotFound's message: a part already removed
-
-
-def code_digest(roots: tuple[Path, ...] = CODE_ROOTS) -> str:
-    """sha256 over the orchestrator's and the node's Python sources (paths and contents): two machines with the
-    same digest plan and build a lab the same way."""
-    h = hashlib.sha256()
-    for root in roots:
-        for f in sorted(root.rglob("*.py")):
-            h.update(f"{root.name}/{f.relative_to(root)}".encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def inventory_problems(hosts: list[Host], nodes: int) -> dict[str, str]:
@@ -49,11 +35,11 @@ def inventory_problems(hosts: list[Host], nodes: int) -> dict[str, str]:
     return problems
 
 
-def remote_argv(host: Host, args: list[str], default_python: str) -> list[str]:
-    """`orchestrator ARGS` on `host` as root (sudo -n when the SSH user is not root), with the machine's own
-    state directory when the inventory gives one."""
+def remote_argv(host: Host, args: list[str], default_python: str, module: str = "orchestrator.cli") -> list[str]:
+    """`orchestrator ARGS` (`python -m MODULE ARGS`) on `host` as root (sudo -n when the SSH user is not root),
+    with the machine's own state directory when the inventory gives one."""
     env = ["NO_COLOR=1", "COLUMNS=200"] + ([f"ORCHESTRATOR_STATE_DIR={host.state_dir}"] if host.state_dir else [])
-    argv = ["env", *env, host.orchestrator or default_python, "-m", "orchestrator.cli", *args]
+    argv = ["env", *env, host.orchestrator or default_python, "-m", module, *args]
     return (["sudo", "-n", "--"] if host.become else []) + argv
 
 

@@ -16,9 +16,12 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import LabNotFound
-from orchestrator.plan import NetworkPlan
+
+if TYPE_CHECKING:       # the plan (and the models under it) only where a plan is read or written: a machine's check
+    from orchestrator.plan import NetworkPlan         # (orchestrator.machinecheck) imports this module, fast
 
 RUN_STATE_DIR = "/run/orchestrator"
 PERSISTENT_STATE_DIR = "/var/lib/orchestrator"
@@ -72,9 +75,11 @@ class LabState:
         self.dir.mkdir(parents=True, exist_ok=True)
         text = plan.to_json()                  # ~0.2 s for a 1000-node tree: made once for the file and its digest
         (self.dir / "plan.json").write_text(text)
-        self.plan_digest = NetworkPlan.digest_of(text)
+        self.plan_digest = type(plan).digest_of(text)
 
     def load_plan(self) -> NetworkPlan:
+        from orchestrator.plan import NetworkPlan
+
         return NetworkPlan.from_dict(json.loads((self.dir / "plan.json").read_text()))
 
     def remove(self) -> None:

@@ -14,8 +14,6 @@ remote command is an argument list quoted with shlex.join.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import re
 import shlex
 import subprocess
@@ -24,6 +22,7 @@ import time
 from pathlib import Path
 
 from orchestrator import machines as mach
+from orchestrator.machinecheck import code_digest
 from orchestrator.backends.base import Backend, Progress
 from orchestrator.backends.machinesrun import MachinesDriver
 from orchestrator.backends.machinessh import Machine, connect, each
@@ -35,38 +34,6 @@ from orchestrator.shard import node_weights, part_of, shard_plan
 from orchestrator.state import LabState
 
 RECORD = "machines.json"
-
-
-def local_check(shaper: str) -> dict:
-    """What `machine-check` reports about this machine (run there, as root): the code digest, uid, kernel, the
-    features a part needs, each tried for real in a throwaway namespace, and the shaper it would choose."""
-    from orchestrator.errors import ShapingError
-    from orchestrator.shaping.probe import probe_kernel
-    from orchestrator.state import state_root
-
-    report: dict = {"digest": mach.code_digest(), "uid": os.geteuid(), "kernel": platform.release(),
-                    "features": {}, "errors": {}}
-    if os.geteuid() != 0:
-        return report
-    ns = f"orch-check-{os.getpid()}"
-    steps = [("netns", ["ip", "netns", "add", ns]),
-             ("veth", ["ip", "-n", ns, "link", "add", "chk0", "type", "veth", "peer", "name", "chk1"]),
-             ("vxlan", ["ip", "-n", ns, "link", "add", "chk2", "type", "vxlan", "id", "42", "dstport",
-                        str(4789), "nolearning"])]
-    try:
-        for feature, argv in steps:
-            r = subprocess.run(argv, capture_output=True, text=True)
-            report["features"][feature] = r.returncode == 0
-            if r.returncode != 0:
-                report["errors"][feature] = r.stderr.strip()[:200]
-                break
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    try:    # cached per boot in the state directory, as `up` probes: the part's build reuses it
-        report["shaper"] = probe_kernel(state_root()).choose(shaper)
-    except ShapingError as exc:
-        report["shaper_error"] = str(exc)
-    return report
 
 
 def _problems_error(problems: dict[str, str], what: str) -> SpecError:
@@ -123,11 +90,11 @@ class MachinesBackend(Backend):
         t0 = time.monotonic()
         machines, problems = connect(hosts, self.known_hosts, self.accept_new)
         t_connect = time.monotonic() - t0
-        digest = mach.code_digest()
+        digest = code_digest()
         self._install(machines, digest, problems, progress)
         reports: dict[str, dict] = {}
         answers = each([m for m in machines.values() if m.host.name not in problems],
-                       lambda m: m.orchestrator(["machine-check", "--shaper", shaper], timeout_s=120))
+                       lambda m: m.orchestrator(["--shaper", shaper], 120, "orchestrator.machinecheck"))
         for name, res in answers.items():
             if isinstance(res, Exception):
                 problems[name] = f"machine-check failed: {res}"
@@ -200,7 +167,7 @@ class MachinesBackend(Backend):
                                            for n in used}}
         record = {"lab": state.lab, "known_hosts": str(self.known_hosts), "accept_new_host_keys": self.accept_new,
                   "hosts": [h.model_dump() for h in hosts if h.name in used], "sharding": sharding.to_json(),
-                  "digest": mach.code_digest(), "built": []}
+                  "digest": code_digest(), "built": []}
         self._save_record(state, record)         # before anything is built: teardown knows where to look
         state.save()
         progress.note("shards: " + ", ".join(f"{s.machine} {len(s.nodes)} nodes ({s.members} members)"

@@ -19,10 +19,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-from orchestrator import machines as mach
 from orchestrator.errors import OrchestratorError
 from orchestrator.hosts.deploy import cached_wheels, wheel_cache
 from orchestrator.hosts.hostsfile import Host
+from orchestrator.machinecheck import CODE_ROOTS, REPO
 
 # What the machines' commands import (up --part, machine-check, machine-agent, teardown, status, exec): not the
 # analysis, Docker or Ansible.
@@ -62,7 +62,7 @@ def wheels() -> Path:
     return cached_wheels(wheel_cache().parent / f"machines-{wheel_cache().name}", REQUIREMENTS, "the machines")
 
 
-def bundle(roots: tuple[Path, ...] = mach.CODE_ROOTS) -> bytes:
+def bundle(roots: tuple[Path, ...] = CODE_ROOTS) -> bytes:
     """src/ (every file of the orchestrator and node packages but compiled and cached ones), wheels/ with
     requirements.txt, tools/pip-*.whl: one tarball, the same for every machine."""
     w = wheels()
@@ -71,7 +71,7 @@ def bundle(roots: tuple[Path, ...] = mach.CODE_ROOTS) -> bytes:
         for root in roots:
             for f in sorted(root.rglob("*")):
                 if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".so", ".pyc"):
-                    tar.add(f, arcname=f"src/{f.relative_to(mach.REPO).as_posix()}")
+                    tar.add(f, arcname=f"src/{f.relative_to(REPO).as_posix()}")
         for f in sorted(w.glob("*.whl")):
             tar.add(f, arcname=f"wheels/{f.name}")
         tar.add(w / "requirements.txt", arcname="wheels/requirements.txt")

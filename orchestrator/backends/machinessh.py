@@ -69,8 +69,9 @@ class Machine:
         rc, out, err = self.call_bytes(argv, stdin, timeout_s)
         return rc, out.decode(errors="replace"), err
 
-    def orchestrator(self, args: list[str], timeout_s: float = 600.0) -> tuple[int, str, str]:
-        return self.call(mach.remote_argv(self.host, args, sys.executable), timeout_s=timeout_s)
+    def orchestrator(self, args: list[str], timeout_s: float = 600.0,
+                     module: str = "orchestrator.cli") -> tuple[int, str, str]:
+        return self.call(mach.remote_argv(self.host, args, sys.executable, module), timeout_s=timeout_s)
 
     def close(self) -> None:
         self.client.close()

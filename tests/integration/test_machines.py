@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab import prepare
-from orchestrator.machines import code_digest
+from orchestrator.machinecheck import code_digest
 from orchestrator.plan import path
 from orchestrator.shard import part_of, shard_plan
 from tests.integration.sshhosts import SshHosts, sh

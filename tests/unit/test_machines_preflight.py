@@ -13,6 +13,7 @@ from orchestrator.cli import app
 from orchestrator.errors import SpecError
 from orchestrator.hosts.hostsfile import Host
 from orchestrator.hosts.inventory import load as load_hosts
+from orchestrator.machinecheck import code_digest
 
 
 def host(name: str, ssh: str = "192.0.2.1", port: int = 22, user: str = "root", **kw) -> Host:
@@ -78,11 +79,11 @@ def test_the_code_digest_follows_the_sources(tmp_path):
     (tmp_path / "orchestrator").mkdir()
     f = tmp_path / "orchestrator" / "a.py"
     f.write_text("x = 1\n")
-    d1 = mach.code_digest((tmp_path / "orchestrator",))
-    assert d1 == mach.code_digest((tmp_path / "orchestrator",))
+    d1 = code_digest((tmp_path / "orchestrator",))
+    assert d1 == code_digest((tmp_path / "orchestrator",))
     f.write_text("x = 2\n")
-    assert mach.code_digest((tmp_path / "orchestrator",)) != d1
-    assert len(mach.code_digest()) == 16
+    assert code_digest((tmp_path / "orchestrator",)) != d1
+    assert len(code_digest()) == 16
 
 
 def test_the_inventory_names_each_machines_orchestrator_and_state_dir(tmp_path):
