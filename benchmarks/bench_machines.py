@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_machines.py [EXPERIMENT] [--machines 3] [--shaper auto|tbf|delayline]
 
 The default experiment is the GSGC 1000-node tree's network (topologies/gsgc-sparse-1000.yaml: degree 4, 200
-members, 30 kbit/s + 5 ms links) without its multicast group (a split lab has none yet: docs/machines.md).
+members, 30 kbit/s + 5 ms links) without its multicast group: the network only, as `up` builds it.
 
 The "machines" are network namespaces on a bridge, each with its own underlay address, on this one machine (as
 tests/integration/test_machines.py makes them): first each builds its part with `orchestrator up --part` inside its
