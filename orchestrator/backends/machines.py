@@ -116,8 +116,8 @@ class MachinesBackend(Backend):
         progress.note(f"{len(machines)} machine(s) checked in {time.monotonic() - t0:.1f} s (SSH {t_connect:.1f} s)")
         return machines, reports
 
-    @staticmethod
-    def _install(machines: dict[str, Machine], digest: str, problems: dict[str, str], progress: Progress) -> None:
+    def _install(self, machines: dict[str, Machine], digest: str, problems: dict[str, str],
+                 progress: Progress) -> None:
         """Machines without `testbed_orchestrator` run this code from their own install of it
         (orchestrator/backends/machinesinstall.py), made now when it is not there yet; a failure is the
         machine's problem (reported with the others', nothing built)."""
@@ -129,12 +129,10 @@ class MachinesBackend(Backend):
         if todo:
             t0 = time.monotonic()
             progress.note(f"installing the orchestrator ({digest}) on {', '.join(m.host.name for m in todo)} ...")
-            data = inst.bundle()
-            for name, res in each(todo, lambda m: inst.install(m, digest, data)).items():
-                if isinstance(res, Exception):
-                    problems[name] = str(res)
-                elif res:
-                    progress.note(f"{name}: {res}")
+            said, failed = inst.install([m.host for m in todo], digest, self.known_hosts, self.accept_new, progress)
+            problems.update(failed)
+            for name, text in said.items():
+                progress.note(f"{name}: {text}")
             progress.note(f"installed in {time.monotonic() - t0:.1f} s")
         for m in mine:
             if m.host.name not in problems:

@@ -114,9 +114,8 @@ def agent_config(host: Host, lab: str, control: str, port: int = NODE_PORT) -> d
                                     "control": control, "silent": silent_rules(lab, port)}}}
 
 
-def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port: int = NODE_PORT,
-              dilation: float = 1.0) -> dict:
-    d = egress_params(plan, host.member).dilated(dilation)     # the plan's parameters are virtual
+def connection_vars(host: Host) -> dict:
+    """How Ansible reaches `host` and runs as root there."""
     return {
         "ansible_host": host.ssh_host,
         "ansible_port": host.ssh_port,
@@ -124,6 +123,14 @@ def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port:
         "ansible_ssh_private_key_file": host.key,
         "ansible_become": host.become,
         "ansible_python_interpreter": host.python,
+    }
+
+
+def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port: int = NODE_PORT,
+              dilation: float = 1.0) -> dict:
+    d = egress_params(plan, host.member).dilated(dilation)     # the plan's parameters are virtual
+    return {
+        **connection_vars(host),
         "gossip_member": host.member,
         "gossip_address": host.address,
         "gossip_interface": host.interface or "",
@@ -143,13 +150,16 @@ def host_vars(host: Host, lab: str, plan: NetworkPlan, snaplen: int = 128, port:
 def render_inventory(hosts: list[Host], lab: str, plan: NetworkPlan, source: str = "", snaplen: int = 128,
                      port: int = NODE_PORT, dilation: float = 1.0) -> str:
     """The Ansible inventory (YAML), rendered with Jinja2 from the hosts and the plan."""
+    return render_vars(lab, source, {h.name: host_vars(h, lab, plan, snaplen, port, dilation) for h in hosts})
+
+
+def render_vars(lab: str, source: str, hosts: dict[str, dict]) -> str:
+    """An Ansible inventory (YAML) of the group `gossip`: host name -> its vars."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     env.filters["json"] = lambda v: json.dumps(v, sort_keys=True)
     tpl = env.get_template("inventory.yml.j2")
-    return tpl.render(lab=lab, source=source,
-                      hosts=[{"name": h.name, "vars": host_vars(h, lab, plan, snaplen, port, dilation)}
-                             for h in hosts])
+    return tpl.render(lab=lab, source=source, hosts=[{"name": n, "vars": v} for n, v in hosts.items()])
 
 
 def extravars(lab: str, shaper: str, strict: bool, bundle: Path, run_dir: Path | None = None,
