@@ -216,16 +216,16 @@ def status(
             raise typer.Exit(1)           # an unhealthy lab is a failure for scripts too
         return
     caps = s["capabilities"]
-    out.print(f"[bold]{s['lab']}[/] ({s['backend']}, {s['status']}) from {s['experiment']}")
+    out.print(f"[bold]{escape(s['lab'])}[/] ({s['backend']}, {s['status']}) from {escape(s['experiment'])}")
     out.print(f"kernel {caps.get('kernel')}: netem={caps.get('netem')} tbf={caps.get('tbf')} "
               f"nfqueue={caps.get('nfqueue')} statistic={caps.get('statistic')}; shaper: [bold]{s['shaper']}[/]")
     if s.get("dilation", 1) != 1:
         out.print(f"time dilation {s['dilation']:g}: links realise delay x {s['dilation']:g} and rate / "
                   f"{s['dilation']:g} (the table shows the virtual parameters); `probe` reports virtual times")
     for w in s["warnings"]:
-        out.print(f"[yellow]WARNING: {w}[/]")
+        out.print(f"[yellow]WARNING: {escape(w)}[/]")
     for h in s["health"]:
-        out.print(f"[red]PROBLEM: {h}[/]")
+        out.print(f"[red]PROBLEM: {escape(h)}[/]")
     members = [n for n in s["nodes"] if n["role"] == "member"]
     out.print(f"{len(s['nodes'])} nodes: {len(members)} members, {len(s['nodes']) - len(members)} routers")
     table = Table("node", "role", "address", "parent")
@@ -356,9 +356,9 @@ def probe(
                       f"{len(res['receivers'])} members over a tree of {res['tree_links']} links; max one-way "
                       f"delay error {res['max_abs_delay_error_ms'] or 0:.2f} ms")
             for p in res["problems"]:
-                out.print(f"[red]PROBLEM: {p}[/]")
+                out.print(f"[red]PROBLEM: {escape(p)}[/]")
             for w in res["warnings"]:
-                out.print(f"[yellow]WARNING: {w}[/]")
+                out.print(f"[yellow]WARNING: {escape(w)}[/]")
             out.print("OK: every member received every packet once, one copy per tree link" if res["ok"] else "")
         if not res["ok"]:
             raise typer.Exit(1)

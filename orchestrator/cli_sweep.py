@@ -50,7 +50,7 @@ class PointsProgress(BarProgress):
 
     def note(self, message: str) -> None:
         if message.startswith("WARNING") or "failed" in message:
-            self.bar.console.print(message, style="yellow")
+            self.bar.console.print(message, style="yellow", markup=False)
 
     # the sweep's points
     def on_point(self, done: int, total: int, eta_s: float | None, pid: str, status: str) -> None:
@@ -58,9 +58,9 @@ class PointsProgress(BarProgress):
             self.points = self.bar.add_task("points", total=total, eta="")
         self.bar.update(self.points, completed=done, eta=f"ETA {_fmt_eta(eta_s)}")
         if pid:
-            self.bar.console.print(f"point {pid}: {status}")
+            self.bar.console.print(f"point {pid}: {status}", markup=False)
         elif status:
-            self.bar.console.print(status)
+            self.bar.console.print(status, markup=False)
 
 
 def _sweep_options(cls, out_dir, only, axis, repetitions, backend, shaper, strict, analyze, master,

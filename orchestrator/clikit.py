@@ -47,7 +47,9 @@ class BarProgress:
         self.bar.advance(self.tasks[step], n)
 
     def note(self, message: str) -> None:
-        self.bar.console.print(message, style="yellow" if message.startswith("WARNING") else None)
+        """A line of plain text: never markup (a playbook's task note `[up] ...` lost its tag, a path `[/tmp/...]`
+        in an error raised rich's MarkupError and ended the command)."""
+        self.bar.console.print(message, style="yellow" if message.startswith("WARNING") else None, markup=False)
 
 
 DILATION_HELP = ("Time dilation N (one virtual second lasts N real seconds: node clocks, schedule, link delay and "
