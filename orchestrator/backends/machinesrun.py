@@ -13,13 +13,14 @@ could only be measured coarsely, over CLOCK_BOUND_S is flagged in the manifest's
 """
 from __future__ import annotations
 
-import io
 import json
 import re
 import shlex
+import shutil
 import socket
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -372,19 +373,22 @@ class MachinesDriver(NodeDriver):
                 schema.TC, schema.LOG]
         if m.host.become:
             argv = ["sudo", "-n", "--", *argv]
-        rc, data, err = m.call_bytes(argv, timeout_s=600)
-        if rc not in (0, 1) or not data:
-            raise BackendError(f"tar exited {rc}: {err.strip()[-300:]}")
         nodes = {v for v, owner in self.owner.items() if owner == name}
         got = 0
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            for member in tar.getmembers():
-                target = mach.collected_name(member.name, nodes, name)
-                if target is None or not member.isfile():
-                    continue
-                dest = self.ctx.run.path / target
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                with tar.extractfile(member) as src, open(dest, "wb") as out:
-                    out.write(src.read())
-                got += 1
+        # through a file on disk, not memory: a machine's pcaps can be gigabytes
+        with tempfile.TemporaryFile(dir=self.ctx.run.path) as buf:
+            rc, _, err = m.call_bytes(argv, timeout_s=600, sink=buf)
+            if rc not in (0, 1) or buf.tell() == 0:
+                raise BackendError(f"tar exited {rc}: {err.strip()[-300:]}")
+            buf.seek(0)
+            with tarfile.open(fileobj=buf, mode="r|gz") as tar:        # a stream: one pass, member by member
+                for member in tar:
+                    target = mach.collected_name(member.name, nodes, name)
+                    if target is None or not member.isfile():
+                        continue
+                    dest = self.ctx.run.path / target
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    with tar.extractfile(member) as src, open(dest, "wb") as out:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                    got += 1
         self.ctx.run.log(f"collected {got} file(s) from {name}")

@@ -8,6 +8,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import paramiko
 
@@ -26,8 +27,10 @@ class Machine:
     def __init__(self, host: Host, client: paramiko.SSHClient):
         self.host, self.client = host, client
 
-    def call_bytes(self, argv: list[str], stdin: bytes = b"", timeout_s: float = 600.0) -> tuple[int, bytes, str]:
-        """`argv` on the machine (one SSH channel): (exit status, stdout, stderr)."""
+    def call_bytes(self, argv: list[str], stdin: bytes = b"", timeout_s: float = 600.0,
+                   sink: BinaryIO | None = None) -> tuple[int, bytes, str]:
+        """`argv` on the machine (one SSH channel): (exit status, stdout, stderr); stdout written to `sink` as it
+        comes instead (then b"": a run's files need not fit in memory)."""
         tr = self.client.get_transport()
         if tr is None or not tr.is_active():
             raise BackendError(f"machine {self.host.name}: the SSH connection is gone")
@@ -43,7 +46,11 @@ class Machine:
             while True:
                 got = False
                 if chan.recv_ready():
-                    out += chan.recv(65536)
+                    chunk = chan.recv(65536)
+                    if sink is not None:
+                        sink.write(chunk)
+                    else:
+                        out += chunk
                     got = True
                 if chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
