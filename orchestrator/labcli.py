@@ -1,6 +1,7 @@
 """`orchestrator cli LAB`: Mininet's own CLI (`mininet.cli.CLI`) on a running lab, so what users know from `mn`
 works on our namespaces: `h1 ping h39` (node names become addresses), `pingall`, `pingpair`, `h3 tcpdump -ni any`,
-`nodes`, `dump`, `link h0 h1 down|up` (our live cut and restore), `py net['h1'].cmd('ip route')`, `sh ...`.
+`nodes`, `dump`, `link h0 h1 down|up` (our live cut and restore), `py net['h1'].cmd('ip route')`, `sh ...`. On a lab
+split over machines each node's shell runs on its machine over SSH (`MachineNode`).
 
 Mininet's CLI drives a `Mininet` object; `LabNet` is that object's interface on a lab we built: its nodes are
 `NetnsNode`s (a Mininet node whose shell runs in the lab's namespace), started when first named, and its ping
@@ -14,7 +15,7 @@ from mininet.log import output
 from mininet.net import Mininet
 
 from orchestrator.backends.mininet import NetnsNode
-from orchestrator.errors import SpecError
+from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.plan import NetworkPlan
 from orchestrator.state import LabState
 
@@ -47,6 +48,32 @@ class LabNode(NetnsNode):
         return self.intfs[0].IP()
 
 
+class MachineNode(LabNode):
+    """A node of a lab split over machines (`up --machines`): its shell runs over SSH in the node's namespace on
+    its machine (the backend's `popen`: `orchestrator exec LAB NODE` there), its stderr folded into its stdout there
+    so the prompt cannot overtake a command's output, the local pseudo-terminal not echoing (the remote shell has
+    none to turn echo off on). Ctrl-C does not reach a command there: give commands an end (`ping -c 3`)."""
+
+    def __init__(self, name: str, address: str, backend, state: LabState):
+        self.backend, self.state = backend, state
+        super().__init__(name, f"{state.lab}-{name}", address)
+
+    def _popen(self, cmd, **params):
+        if self.shell is None and cmd and cmd[0] == "mnexec":
+            import termios
+
+            fd = params.get("stdin")
+            if isinstance(fd, int):
+                attrs = termios.tcgetattr(fd)
+                attrs[3] &= ~termios.ECHO
+                termios.tcsetattr(fd, termios.TCSANOW, attrs)
+            argv = ["sh", "-c", 'exec env PS1="$1" bash --norc --noediting -is "$2" 2>&1', "sh", chr(127),
+                    f"mininet:{self.name}"]
+            # its own process group, as mnexec makes a local shell's: `terminate` hangs it up with killpg
+            return self.backend.popen(self.state, self.name, argv, start_new_session=True, **params)
+        return super()._popen(cmd, **params)
+
+
 class LabNet:
     """The part of `mininet.net.Mininet` its CLI uses, on a lab: nodes by name, members as hosts."""
 
@@ -58,6 +85,11 @@ class LabNet:
 
     def _node(self, name: str) -> LabNode:
         if name not in self.nameToNode:
+            if self.state.backend == "machines":          # on the node's own machine, over SSH
+                if name not in self._names:
+                    raise KeyError(name)
+                self.nameToNode[name] = MachineNode(name, self.plan.node(name).address, self.backend, self.state)
+                return self.nameToNode[name]
             ns = f"{self.state.lab}-{name}"
             if ns not in self.state.namespaces:
                 raise KeyError(name)
@@ -106,9 +138,13 @@ class LabNet:
         except Exception:  # noqa: BLE001 - the plan's lookup error: not linked
             output(f"{src} and {dst} are not linked\n")
             return
-        for direction in ("down", "up"):
-            params = None if status == "down" else getattr(link, direction)
-            self.backend.set_link(self.state, self.plan, link.id, direction, params)
+        try:
+            for direction in ("down", "up"):
+                params = None if status == "down" else getattr(link, direction)
+                self.backend.set_link(self.state, self.plan, link.id, direction, params)
+        except OrchestratorError as exc:
+            output(f"*** {exc}\n")
+            return
         output(f"link {link.id} ({src} - {dst}) {'cut' if status == 'down' else 'restored to the plan'}\n")
 
     def stop(self) -> None:
@@ -132,9 +168,9 @@ class LabCLI(CLI):
 
 
 def open_cli(state: LabState, backend, script: str | None = None) -> None:
-    if not state.namespaces:
+    if not state.namespaces and state.backend != "machines":
         raise SpecError(f"lab {state.lab} ({state.backend}) has no network namespaces on this machine: "
-                        "`orchestrator cli` works on mininet and docker labs")
+                        "`orchestrator cli` works on mininet, docker and machines labs")
     net = LabNet(state, state.load_plan(), backend)
     try:
         LabCLI(net, script=script)
