@@ -11,7 +11,6 @@ The planning parts (`expected_delays`, `count_frames`, `judge`) are pure.
 from __future__ import annotations
 
 import json
-import signal
 import statistics
 import struct
 import subprocess
@@ -29,6 +28,8 @@ IP_UDP = 28
 DELAY_TOLERANCE = 0.03          # relative, as the unicast probe's RTT check
 DELAY_FLOOR_MS = 1.0            # absolute slack for tiny delays (process wake-ups)
 MAX_CAPTURES = 400              # link-direction captures at most (a large tree: only next to the group's tree)
+AT_ONCE = 8                     # processes started together: on a lab over several machines each is an SSH
+                                # connection, and sshd drops unauthenticated ones beyond MaxStartups (10 by default)
 
 
 def group_of(plan: NetworkPlan, name: str) -> Group:
@@ -142,6 +143,28 @@ def judge(plan: NetworkPlan, group: Group, sender: str, count: int, size: int, r
             "ok": not problems, "problems": problems, "warnings": warnings}
 
 
+def _interrupt(popen, caps: list, pids: dict[str, str]) -> None:
+    """SIGINT to the captures still running, in their nodes (one `kill` per node, AT_ONCE at a time); a `kill`
+    that did not get through (an SSH connection refused) is tried again, up to three times."""
+    by_node: dict[str, list[str]] = {}
+    for d, _, p, node in caps:
+        if p.poll() is None and d in pids:
+            by_node.setdefault(node, []).append(pids[d])
+    pending = sorted(by_node.items())
+    for _ in range(3):
+        failed = []
+        for k in range(0, len(pending), AT_ONCE):
+            batch = [(node, ps, popen(node, ["kill", "-INT", *ps], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)) for node, ps in pending[k:k + AT_ONCE]]
+            failed += [(node, ps) for node, ps, kp in batch if kp.wait(timeout=60) != 0]
+        alive = {pids[d] for d, _, p, _ in caps if p.poll() is None and d in pids}
+        pending = [(node, [x for x in ps if x in alive]) for node, ps in failed]
+        pending = [(node, ps) for node, ps in pending if ps]
+        if not pending:
+            return
+        time.sleep(0.5)
+
+
 def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int = 100, sender: str | None = None,
                 gap: float | None = None, capture: bool = True, dilation: float = 1.0) -> dict:
     """Run the check on a running lab; `popen(node, argv, **kw)` runs a command inside a node. `dilation`: the lab's
@@ -152,26 +175,43 @@ def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int
         raise SpecError(f"--sender: {sender} may not send to group {name} (senders: {', '.join(group.senders)})")
     gap = (default_gap(plan, group, size) if gap is None else gap) * dilation      # real seconds from here on
     tmp = Path(tempfile.mkdtemp(prefix="orch-mcprobe-"))
-    caps, recvs = [], {}
+    caps, recvs, pids = [], {}, {}
     try:
         if capture:
-            for d, node, dev in capture_points(plan, group):
-                f = tmp / f"{d.replace('/', '_')}.pcap"
-                caps.append((d, f, popen(node, ["tcpdump", "-Q", "out", "-i", dev, "-n", "-s", "64", "-U", "-w",
-                                                str(f), "dst", "host", group.address],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not all(f.exists() or p.poll() is not None for _, f, p in caps):
-                time.sleep(0.05)
-        for m in group.members:
-            if m == sender:
-                continue
-            ep = next(e for e in member_endpoints(plan, m) if e["name"] == name)
-            recvs[m] = popen(m, [*TOOL, "recv", group.address, str(group.port), ep["join_ifs"][0], ep["source"],
-                                 str(max(3.0, 5 * gap))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for m, p in recvs.items():
-            if p.stdout.readline().strip() != "ready":
-                raise OrchestratorError(f"multicast probe: the receiver in {m} did not start: {p.stderr.read()}")
+            # Each capture writes its pcap to stdout, into a file here (the node may be on another machine: a lab
+            # over several machines runs it over SSH), and says its pid first: it is stopped by a SIGINT sent in
+            # its node, where it runs, so it flushes and ends on whichever machine that is.
+            points = list(capture_points(plan, group))
+            for k in range(0, len(points), AT_ONCE):
+                batch = []
+                for d, node, dev in points[k:k + AT_ONCE]:
+                    f = tmp / f"{d.replace('/', '_')}.pcap"
+                    with open(f, "wb") as sink:
+                        batch.append((d, f, popen(node, ["sh", "-c", 'echo "pid $$" >&2; exec "$@"', "sh", "tcpdump",
+                                                         "-Q", "out", "-i", dev, "-n", "-s", "64", "-U", "-w", "-",
+                                                         "dst", "host", group.address],
+                                                  stdout=sink, stderr=subprocess.PIPE, text=True), node))
+                caps += batch
+                for d, _, p, _ in batch:          # its pid, then tcpdump's "listening on": it captures
+                    while True:
+                        line = p.stderr.readline()
+                        if not line:
+                            raise OrchestratorError(f"multicast probe: the capture of {d} did not start")
+                        if line.startswith("pid "):
+                            pids[d] = line.split()[1]
+                        elif "listening on" in line:
+                            break
+        others = [m for m in group.members if m != sender]
+        for k in range(0, len(others), AT_ONCE):
+            for m in others[k:k + AT_ONCE]:
+                ep = next(e for e in member_endpoints(plan, m) if e["name"] == name)
+                recvs[m] = popen(m, [*TOOL, "recv", group.address, str(group.port), ep["join_ifs"][0], ep["source"],
+                                     str(max(3.0, 5 * gap))], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+            for m in others[k:k + AT_ONCE]:
+                p = recvs[m]
+                if p.stdout.readline().strip() != "ready":
+                    raise OrchestratorError(f"multicast probe: the receiver in {m} did not start: {p.stderr.read()}")
         ep = next(e for e in member_endpoints(plan, sender) if e["name"] == name)
         src = popen(sender, [*TOOL, "send", group.address, str(group.port), ep["send_if"], str(ep["ttl"]),
                              ep["source"], str(count), str(size), str(gap)],
@@ -189,15 +229,13 @@ def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int
         links = None
         if capture:
             time.sleep(0.5)
-            for _, _, p in caps:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGINT)
-            for _, _, p in caps:
+            _interrupt(popen, caps, pids)
+            for _, _, p, _ in caps:
                 p.communicate(timeout=30)
-            links = {d: count_frames(f) for d, f, _ in caps}
+            links = {d: count_frames(f) for d, f, _, _ in caps}
         return judge(plan, group, sender, count, size, received, links)
     finally:
-        for p in [*recvs.values(), *(p for _, _, p in caps)]:
+        for p in [*recvs.values(), *(p for _, _, p, _ in caps)]:
             if p.poll() is None:
                 p.kill()
                 p.wait()

@@ -158,7 +158,8 @@ def test_up_over_three_machines_from_the_controller_and_teardown_everywhere(ssh_
     m = ssh_machines
     lab = f"gc{os.getpid() % 100000}"
     exp = tmp_path / "exp.yaml"
-    exp.write_text(EXPERIMENT.format(name=lab, delay=DELAY_MS))
+    exp.write_text(EXPERIMENT.format(name=lab, delay=DELAY_MS) + "multicast:\n  groups:\n"
+                   "    - {name: data, address: 239.1.0.1}\n")
     entries = machine_entries(m, tmp_path)
     del entries[1]["orchestrator"]            # host2 names none: the controller installs its own code there
     inv = m.inventory_file(tmp_path / "inventory.ini", entries)
@@ -204,6 +205,11 @@ def test_up_over_three_machines_from_the_controller_and_teardown_everywhere(ssh_
         assert cl.returncode == 0 and "Traceback" not in said, said
         assert "2 received" in said and f"inet {plan.node(b).address}/32" in said, said
         assert "cannot change links live" in said, said         # said, not a crash
+        # the multicast group check from the controller: receivers and egress captures on every machine, the
+        # copies per link direction counted across the cut links too
+        gp = orch(tmp_path, "probe", lab, "--group", "data", "--count", "10", timeout=180)
+        assert gp.returncode == 0 and "OK: every member received every packet once" in gp.stdout, \
+            gp.stdout + gp.stderr
         # the fidelity probe through the controller: every cut link probed, held to the formula plus the underlay
         pr = orch(tmp_path, "probe", lab, "--links", "1", "--paths", "1", "--count", "5", "--json")
         assert pr.returncode == 0, pr.stderr
