@@ -174,11 +174,13 @@ def test_qsm_members_join_mid_stream(tmp_path):
     # The multicast routes follow the GMS (docs/multicast.md): a joiner's branch gets no copies until the view
     # that adds it (the routes are grafted just before it is announced, once the joiners are up). With the plan's
     # routes it would have got every copy sent into its groups from its start; now at most those sent from the
-    # graft (after every joiner's start; 50 ms allowed for copies in flight) to its own install of the view
+    # graft (after every joiner's start) to its own install of the view; a copy sent before the graft still in
+    # flight after it is allowed for by 0.5 s: the path is 2 ms a hop with empty queues at 20 packets/s, and what
+    # stretches it is a busy machine's scheduling, for which 0.5 s is ample (runs under two busy loops: 0-1 early)
     stopped = {e["node"]: e for e in log if e["event"] == "node_stopped"}
     up = max(e["ts"] for e in log if e["event"] == "node_started" and e["node"] in joiners)
     early = {j: stopped[j]["protocol"]["counters"].get("before_join", 0) for j in joiners}
-    window = {j: sum(1 for g, ts, n in sent.values() if j in GROUPS[g] and n != j and up - 0.05 <= ts < since[j])
+    window = {j: sum(1 for g, ts, n in sent.values() if j in GROUPS[g] and n != j and up - 0.5 <= ts < since[j])
               for j in joiners}
     assert all(early[j] <= window[j] for j in joiners), (early, window)
     (start,) = [e for e in log if e["event"] == "multicast_routes"]
