@@ -80,12 +80,13 @@ class LabNet:
     def __init__(self, state: LabState, plan: NetworkPlan, backend):
         self.state, self.plan, self.backend = state, plan, backend
         self.nameToNode: dict[str, LabNode] = {}
+        self.remote = state.backend == "machines"      # each node on its own machine, over SSH
         self.switches, self.controllers, self.links, self.terms = [], [], [], []
         self._names = [n.name for n in plan.nodes]
 
     def _node(self, name: str) -> LabNode:
         if name not in self.nameToNode:
-            if self.state.backend == "machines":          # on the node's own machine, over SSH
+            if self.remote:
                 if name not in self._names:
                     raise KeyError(name)
                 self.nameToNode[name] = MachineNode(name, self.plan.node(name).address, self.backend, self.state)

@@ -143,6 +143,10 @@ def judge(plan: NetworkPlan, group: Group, sender: str, count: int, size: int, r
             "ok": not problems, "problems": problems, "warnings": warnings}
 
 
+def _chunks(xs: list, n: int = AT_ONCE) -> list[list]:
+    return [xs[k:k + n] for k in range(0, len(xs), n)]
+
+
 def _interrupt(popen, caps: list, pids: dict[str, str]) -> None:
     """SIGINT to the captures still running, in their nodes (one `kill` per node, AT_ONCE at a time); a `kill`
     that did not get through (an SSH connection refused) is tried again, up to three times."""
@@ -153,9 +157,9 @@ def _interrupt(popen, caps: list, pids: dict[str, str]) -> None:
     pending = sorted(by_node.items())
     for _ in range(3):
         failed = []
-        for k in range(0, len(pending), AT_ONCE):
+        for chunk in _chunks(pending):
             batch = [(node, ps, popen(node, ["kill", "-INT", *ps], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)) for node, ps in pending[k:k + AT_ONCE]]
+                                      stderr=subprocess.DEVNULL)) for node, ps in chunk]
             failed += [(node, ps) for node, ps, kp in batch if kp.wait(timeout=60) != 0]
         alive = {pids[d] for d, _, p, _ in caps if p.poll() is None and d in pids}
         pending = [(node, [x for x in ps if x in alive]) for node, ps in failed]
@@ -181,10 +185,9 @@ def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int
             # Each capture writes its pcap to stdout, into a file here (the node may be on another machine: a lab
             # over several machines runs it over SSH), and says its pid first: it is stopped by a SIGINT sent in
             # its node, where it runs, so it flushes and ends on whichever machine that is.
-            points = list(capture_points(plan, group))
-            for k in range(0, len(points), AT_ONCE):
+            for chunk in _chunks(capture_points(plan, group)):
                 batch = []
-                for d, node, dev in points[k:k + AT_ONCE]:
+                for d, node, dev in chunk:
                     f = tmp / f"{d.replace('/', '_')}.pcap"
                     with open(f, "wb") as sink:
                         batch.append((d, f, popen(node, ["sh", "-c", 'echo "pid $$" >&2; exec "$@"', "sh", "tcpdump",
@@ -201,14 +204,13 @@ def probe_group(plan: NetworkPlan, popen, name: str, count: int = 100, size: int
                             pids[d] = line.split()[1]
                         elif "listening on" in line:
                             break
-        others = [m for m in group.members if m != sender]
-        for k in range(0, len(others), AT_ONCE):
-            for m in others[k:k + AT_ONCE]:
+        for chunk in _chunks([m for m in group.members if m != sender]):
+            for m in chunk:
                 ep = next(e for e in member_endpoints(plan, m) if e["name"] == name)
                 recvs[m] = popen(m, [*TOOL, "recv", group.address, str(group.port), ep["join_ifs"][0], ep["source"],
                                      str(max(3.0, 5 * gap))], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
-            for m in others[k:k + AT_ONCE]:
+            for m in chunk:
                 p = recvs[m]
                 if p.stdout.readline().strip() != "ready":
                     raise OrchestratorError(f"multicast probe: the receiver in {m} did not start: {p.stderr.read()}")

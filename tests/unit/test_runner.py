@@ -273,15 +273,17 @@ def test_a_gsgc_schedule_that_brings_members_back_without_rejoin_is_warned_about
         assert f"WARNING: {warnings[0]}" in log
 
 
+QSM_FAKE = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
+            "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
+            "failure_detection: 0.5s}}\n"
+            "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n")
+
+
 def test_a_crash_in_a_qsm_run_is_followed_by_the_gms_view_to_the_running_members(tmp_path, monkeypatch):
     # the orchestrator plays QSM's GMS: failure_detection_s after the crash every running member gets the view
     # without the crashed one (schedule.with_gms; the node installs it: tests/node/test_qsm_views.py)
     calls = fake_backend(monkeypatch)
-    text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
-            "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
-            "failure_detection: 0.5s}}\n"
-            "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n"
-            "schedule:\n  - {at: 0.5s, action: crash, nodes: [h3]}\n")
+    text = QSM_FAKE + "schedule:\n  - {at: 0.5s, action: crash, nodes: [h3]}\n"
     run_dir = run(_write(tmp_path, text), RunOptions(backend="fake", out=tmp_path / "runs"))
     applied = [json.loads(x) for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()
                if json.loads(x)["event"] == "action_applied"]
@@ -297,11 +299,8 @@ def test_the_view_that_adds_joiners_waits_until_they_are_running(tmp_path, monke
     # a view announced while a joiner's process is still starting never reaches it (make test, a busy machine:
     # h5 and h12 came up 1 s after their start, 20 ms after the view): the runner waits for the joiners it adds
     calls = fake_backend(monkeypatch)
-    text = ("name: fk\ntopology: {kind: tree, nodes: 7, degree: 2}\nlinks: {delay: 5ms}\n"
-            "protocol: {qsm: {groups: [{name: a, members: all}], partition_size: 2, transport: udp, "
-            "failure_detection: 0.5s}}\n"
-            "workload: {senders: [h0], rate_per_s: 5, size_bytes: 64}\nduration: 2s\nseed: 4\n"
-            "schedule:\n  - {at: 0.5s, action: join, nodes: [h3, h4]}\n  - {at: 1.2s, action: crash, nodes: [h5]}\n")
+    text = QSM_FAKE + ("schedule:\n  - {at: 0.5s, action: join, nodes: [h3, h4]}\n"
+                       "  - {at: 1.2s, action: crash, nodes: [h5]}\n")
     run_dir = run(_write(tmp_path, text), RunOptions(backend="fake", out=tmp_path / "runs"))
     k = next(i for i, c in enumerate(calls) if c[0] == "control_members")
     assert calls[k - 1] == ("await_ready", ("h3", "h4")) and calls[k][2] == "gms_view"
