@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from orchestrator import lab as labmod
-from orchestrator.backends.mininet import ns_name
 from orchestrator.backends.netns import in_netns
 from orchestrator.mcast import realise
 from orchestrator.mcast.tree import SEND_IF, mfc_entries, towards, tree_ifs, vifs
+from orchestrator.state import ns_name
 
 
 def sg_entries(plan, node: str) -> list[tuple[str, str, str, list[str]]]:

@@ -92,6 +92,11 @@ class LabState:
             pass
 
 
+def ns_name(lab: str, node: str) -> str:
+    """The network namespace of `node` in a lab of namespaces (the Mininet and Docker backends, a machine's part)."""
+    return f"{lab}-{node}"
+
+
 def load_state(lab: str) -> LabState:
     for root in state_roots():
         f = root / lab / "state.json"

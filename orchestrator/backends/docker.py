@@ -36,14 +36,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from orchestrator.backends import netns, packing
-from orchestrator.backends.mininet import BATCH, MininetBackend, ns_name
+from orchestrator.backends.mininet import BATCH, MininetBackend
 from orchestrator.backends.base import Progress
 from orchestrator.backends.budgets import DockerBudgets
 from orchestrator.backends.dockerexec import DockerNodeProcess
 from orchestrator.backends.local import LocalDriver
 from orchestrator.errors import BackendError
 from orchestrator.plan import NetworkPlan
-from orchestrator.state import LabState, state_root
+from orchestrator.state import LabState, ns_name, state_root
 
 try:                    # the SDK's typed errors; without the SDK `client()` says so and none of these can happen
     from docker.errors import APIError, DockerException, ImageNotFound, NotFound

@@ -273,11 +273,13 @@ class MachinesBackend(Backend):
     def _ssh(self, state: LabState, h: Host, tty: bool = False) -> list[str]:
         return openssh_argv(h, (self.load_record(state) or {}).get("known_hosts"), tty)
 
-    def _in_node(self, state: LabState, node: str, argv: list[str]) -> tuple[Host, list[str]]:
+    def _in_node(self, state: LabState, node: str, argv: list[str], light: bool = False) -> tuple[Host, list[str]]:
         """`orchestrator exec LAB NODE -- ARGV` on the node's machine (this interpreter's path in ARGV becomes the
-        machine's)."""
+        machine's); `light`: through `orchestrator.nodeexec` (no CLI imports, no node names made addresses)."""
         h = self.machine_of(state, node)
         argv = [(h.orchestrator or sys.executable) if a == sys.executable else a for a in argv]
+        if light:
+            return h, mach.remote_argv(h, [state.lab, node, *argv], sys.executable, module="orchestrator.nodeexec")
         return h, mach.remote_argv(h, ["exec", state.lab, node, "--", *argv], sys.executable)
 
     def exec(self, state: LabState, node: str, argv: list[str]) -> int:
@@ -291,8 +293,8 @@ class MachinesBackend(Backend):
 
     def popen(self, state: LabState, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """`argv` in `node` on its machine, over SSH (the probe's pings and rate sample: what they measure is
-        timed inside the node, not through SSH)."""
-        h, remote = self._in_node(state, node, argv)
+        timed inside the node, not through SSH; each starts only `orchestrator.nodeexec` there)."""
+        h, remote = self._in_node(state, node, argv, light=True)
         ssh = self._ssh(state, h)
         if "stdin" not in kwargs:
             ssh.insert(1, "-n")

@@ -33,13 +33,9 @@ from orchestrator.plan import Link, NetworkPlan
 from orchestrator.shaping import delayline, shapers
 from orchestrator.shaping.params import DirParams
 from orchestrator.shard import Part, tunnel_ip_lines
-from orchestrator.state import LabState
+from orchestrator.state import LabState, ns_name
 
 BATCH = 250  # lines per root-namespace batch, so progress moves on large trees
-
-
-def ns_name(lab: str, node: str) -> str:
-    return f"{lab}-{node}"
 
 
 class NetnsNode(MininetNode):

@@ -71,8 +71,8 @@ class PackedDriver(LocalDriver):
 
     # -- configs: every member's sockets in its own namespace
     def configure(self, configs: dict[str, dict]) -> dict[str, dict]:
-        from orchestrator.backends.mininet import ns_name      # only this backend packs (issue #21)
         from orchestrator.nodeconfig import with_netns
+        from orchestrator.state import ns_name
 
         lab = self.ctx.state.lab
         return super().configure(with_netns(configs, lambda member: ns_name(lab, member)))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +16,7 @@ from orchestrator.errors import SpecError
 from orchestrator.hosts.hostsfile import Host
 from orchestrator.hosts.inventory import load as load_hosts
 from orchestrator.machinecheck import code_digest
+from orchestrator.state import LabState
 
 
 def host(name: str, ssh: str = "192.0.2.1", port: int = 22, user: str = "root", **kw) -> Host:
@@ -73,6 +76,29 @@ def test_remote_commands_are_argument_lists_run_as_root():
     assert not any(a.startswith("ORCHESTRATOR_STATE_DIR") for a in argv)
     assert mach.put_argv(plain, "/w/lab", "part.json")[:3] == ["sudo", "-n", "--"]
     assert mach.remove_argv(root, "/w/lab") == ["rm", "-rf", "--", "/w/lab"]
+
+
+def test_a_probes_command_in_a_node_runs_through_the_light_nodeexec(tmp_path, monkeypatch, capsys):
+    """The machines backend's `popen` starts `python -m orchestrator.nodeexec LAB NODE ARGV` on the node's machine:
+    it finds the node's namespace from the machine's own lab state and becomes `ip netns exec NS ARGV`."""
+    from orchestrator import nodeexec
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path))
+    LabState(lab="lab1", backend="mininet", shaper="tc", namespaces=["lab1-h0", "lab1-s0"]).save()
+    assert nodeexec.node_argv("lab1", "h0", ["ping", "-c", "1", "10.0.0.2"]) == \
+        ["ip", "netns", "exec", "lab1-h0", "ping", "-c", "1", "10.0.0.2"]
+    ran = []
+    monkeypatch.setattr(nodeexec.os, "execvp", lambda f, argv: ran.append((f, argv)))
+    nodeexec.main(["lab1", "s0", "sh", "-c", "echo; rm -rf /"])
+    assert ran == [("ip", ["ip", "netns", "exec", "lab1-s0", "sh", "-c", "echo; rm -rf /"])]
+    for args, said in ((["lab1", "h9", "true"], "node 'h9' of lab 'lab1' is not on this machine"),
+                       (["lab2", "h0", "true"], "no lab named 'lab2'"), (["lab1", "h0"], "usage:")):
+        assert nodeexec.main(args) == 2 and said in capsys.readouterr().err
+    assert len(ran) == 1
+    # the module is light: the CLI's imports are not among its own
+    mods = subprocess.run([sys.executable, "-c", "import sys, orchestrator.nodeexec; print(' '.join(sys.modules))"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert "orchestrator.nodeexec" in mods and not {"typer", "rich", "pydantic", "orchestrator.cli"} & set(mods)
 
 
 def test_the_code_digest_follows_the_sources(tmp_path):

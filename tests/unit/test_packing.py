@@ -210,7 +210,7 @@ def test_packed_driver_sends_each_fault_to_the_member_it_names(tmp_path):
     backend = PackBackend()
     driver, tl, rd, configs = driver_for(tmp_path, exp, backend, packing.decide(3, 7, None, 2))
     assert isinstance(driver, packing.PackedDriver)
-    assert all(c["netns"] == f"pk-{n}" for n, c in configs.items())     # mininet's ns_name
+    assert all(c["netns"] == f"pk-{n}" for n, c in configs.items())     # the namespaces' names (state.ns_name)
     requests: list[tuple[str, dict]] = []
     driver._request = lambda name, req, timeout=5.0: requests.append((name, req)) or {"ok": True}
 
