@@ -429,8 +429,9 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
     the ones it has not, in order), and the members down by then (crashed, not restarted, or joiners not started
     yet), whom the view is not sent to. A member paused when a view came gets it again as it resumes (a GMS_VIEW
     op at its CONT_SIGNAL, from the pause's entry, targets the resumed members; the others ignore a view they
-    have). A view due after the run's end is not announced; a crash of a member that a view already removed
-    (crashed before, restarted since) removes nobody new; a restart is not a join (the member stays out).
+    have). A view due after the run's end is not announced. A restart of a member a view removed is a join
+    (QSM §2.3.2: "if that node is actually not dead, it would need to rejoin the system"): `detect_s` after it, a
+    view adds it back; a crash after that removes it again.
     `batch_s` > 0: the GMS "groups requests in batches and performs changes at a predefined maximum rate" (QSM
     §2.1): views come at least `batch_s` apart, a change due before the next view's announcement joins it, and
     changes of one kind in a row in a batch make one view (two crashes, one view without both)."""
@@ -442,16 +443,16 @@ def with_gms(timeline: Timeline, plan: NetworkPlan, detect_s: float, duration_s:
         if op.kind == OpKind.CRASH:
             new = sorted(ids[n] for n in op.targets if ids[n] not in removed)
             kind = "remove"
-        elif op.kind == OpKind.START:
-            new = sorted(ids[n] for n in op.targets if n in timeline.joiners and n not in started)
+        elif op.kind == OpKind.START:       # a joiner's first start, or a restart of a member a view removed
+            new = sorted(ids[n] for n in op.targets if (n in timeline.joiners and n not in started)
+                         or ids[n] in removed)
             started.update(op.targets)
             kind = "add"
         else:
             continue
         delay = 0.0 if op.kind == OpKind.CRASH and op.params == "leave" else detect_s     # a leave is told
         if new and op.t + delay <= duration_s:
-            if kind == "remove":
-                removed.update(new)
+            (removed.update if kind == "remove" else removed.difference_update)(new)
             pending.append((op.t + delay, len(pending), op.index, op.targets, kind, tuple(new)))
     # the views in the order they are announced (a leave's may come before an earlier crash's), each with every
     # change announced so far

@@ -13,7 +13,9 @@ tc/delayline.json) — the one definition the report's key metrics, summary.json
   (the generic delivery ratio counts every member, which is wrong for overlapping groups); a joiner (the
   params' `joiners`) expects an origin's messages from when that origin installed the view that added it
   (`join_cutoffs`: the views the origin multicasts into from then on have the joiner), none before, none if it
-  never joined; `crashed`: those members; `messages` (`qsm_messages` too): the data messages sent.
+  never joined; a crashed member that a view added back after its last crash (a restart: `rejoined_members`)
+  expects, as a joiner, what each origin sent from its install of that view on; `crashed`: the members the
+  schedule crashed, `rejoined`: those of them added back; `messages` (`qsm_messages` too): the data messages sent.
 - **throughput** (Figures 9, 12, 13): data messages per second over the *steady window*, the second half of the
   sending span (first to last send of any sender; the paper ignores warm-up and cool-down); `throughput_all`:
   (messages - 1) / (last send - first send); `delivered_min` / `delivered_mean`: the new packets per second the
@@ -97,16 +99,20 @@ def delivery_per_group(events: DataFrame, groups: DataFrame, members: DataFrame,
             .select(F.col("node").alias("origin_name"), "seq", "ts",
                     raw("group_name", "string").alias("group_name"))
             .join(ids, "origin_name"))
-    crashed = (events.where((F.col("event") == "action_applied") & (raw("op", "string") == "crash"))
+    crashes = (events.where((F.col("event") == "action_applied") & (raw("op", "string") == "crash"))
                .select(F.explode(F.from_json(F.get_json_object("raw", "$.targets"), "array<string>"))
-                       .alias("member")).distinct())
+                       .alias("member"), "ts"))
+    views = [(r["node"], r["ts"], r["view"], r["added"]) for r in events.where(F.col("event") == "gms_view")
+             .select("node", "ts", raw("view", "int").alias("view"),
+                     F.from_json(F.get_json_object("raw", "$.added"), "array<int>").alias("added")).collect()]
+    id_of = {r["member"]: r["member_id"] for r in members.collect()}
+    back = rejoined_members([(r["member"], r["ts"]) for r in crashes.collect()], views, id_of)
+    crashed = crashes.select("member").distinct().where(~F.col("member").isin(sorted(back)))
     expected = (sent.join(groups, "group_name").where(F.col("member") != F.col("origin_name"))
                 .join(crashed, "member", "left_anti"))     # run_values' rule: crashed members expect nothing
-    if joiners:     # run_values' rule: a joiner expects an origin's messages from that origin's view with it on
-        views = [(r["node"], r["ts"], r["view"], r["added"]) for r in events.where(F.col("event") == "gms_view")
-                 .select("node", "ts", raw("view", "int").alias("view"),
-                         F.from_json(F.get_json_object("raw", "$.added"), "array<int>").alias("added")).collect()]
-        id_of = {r["member"]: r["member_id"] for r in members.collect()}
+    joiners = sorted(set(joiners or ()) | back)
+    if joiners:     # run_values' rule: a joiner (or a member added back) expects an origin's messages from that
+        # origin's view with it on
         cut = join_cutoffs(views, set(joiners), id_of)
         rows = [(j, o, cut[j].get(o, NEVER)) for j in sorted(cut) for o in sorted(id_of)]
         since = events.sparkSession.createDataFrame(rows, "member string, origin_name string, since double")
@@ -283,7 +289,7 @@ NEVER = 1e30       # a joiner's cutoff for an origin whose view with it never ca
 def join_cutoffs(views: list[tuple[str, float, int | None, list[int] | None]], joiners: set[str],
                  ids: dict[str, int]) -> dict[str, dict[str, float]]:
     """joiner -> origin -> the time from which the origin's messages are expected at the joiner: when the origin
-    installed the view that added the joiner (the joiner's `gms_view` names itself in `added`; every member logs
+    installed the (last) view that added the joiner (its `gms_view` names the joiner in `added`; every member logs
     the view number it installs). `views`: (node, ts, view, added) of every `gms_view` event. An origin missing:
     never (the joiner never joined, or the origin never installed that view). Pure."""
     names = {i: n for n, i in ids.items()}
@@ -291,13 +297,25 @@ def join_cutoffs(views: list[tuple[str, float, int | None, list[int] | None]], j
     for _, _, view, added in views:
         for j in added or ():
             if names.get(j) in joiners and view is not None:
-                added_in.setdefault(names[j], view)
+                added_in[names[j]] = max(view, added_in.get(names[j], view))
     out: dict[str, dict[str, float]] = {j: {} for j in joiners}
     for j, v in added_in.items():
         for node, ts, view, _ in views:
             if view is not None and view >= v:
                 out[j][node] = min(out[j].get(node, math.inf), ts)
     return out
+
+
+def rejoined_members(crashes: list[tuple[str, float]], views: list[tuple[str, float, int | None, list[int] | None]],
+                     ids: dict[str, int]) -> set[str]:
+    """The crashed members a GMS view added back after their last crash (restarted: QSM §2.3.2, "it would need to
+    rejoin the system"). `crashes`: (member, ts) of each crash action's targets; `views` as `join_cutoffs`'s. Pure."""
+    names = {i: n for n, i in ids.items()}
+    last_crash: dict[str, float] = {}
+    for m, ts in crashes:
+        last_crash[m] = max(ts, last_crash.get(m, ts))
+    return {names[j] for _, ts, _, added in views for j in added or ()
+            if names.get(j) in last_crash and ts > last_crash[names[j]]}
 
 
 def qsm_values(run: RunDir) -> dict[str, Any]:
@@ -314,6 +332,7 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
     got: set[tuple[str, int, int]] = set()
     recovered, acks, rates, skipped, rounds = [], [], [], 0, 0
     crashed: set[str] = set()
+    crashes: list[tuple[str, float]] = []
     views: list[tuple[str, float, int | None, list[int] | None]] = []
     for e in run.events:
         ev = e.get("event")
@@ -336,6 +355,7 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
             rounds += 1
         elif ev == "action_applied" and e.get("op") == "crash":
             crashed.update(e.get("targets") or ())
+            crashes.extend((m, e["ts"]) for m in e.get("targets") or ())
         elif ev == "gms_view":
             views.append((e["node"], e["ts"], e.get("view"), e.get("added")))
     wl_senders = wl.get("senders")
@@ -352,7 +372,10 @@ def qsm_values(run: RunDir) -> dict[str, Any]:
     all_ts = sorted(t for s in sent.values() for t, _, _ in s)
     expected = logged = 0
     by_id = {i: n for n, i in ids.items()}
-    joiners = {j if isinstance(j, str) else by_id.get(j, str(j)) for j in p.get("joiners") or ()}
+    back = rejoined_members(crashes, views, ids)
+    out["rejoined"] = sorted(back)
+    crashed -= back                      # a member added back expects what a joiner does, from that view on
+    joiners = {j if isinstance(j, str) else by_id.get(j, str(j)) for j in p.get("joiners") or ()} | back
     cut = join_cutoffs(views, joiners, ids) if joiners else {}
     for origin, msgs in sent.items():
         if origin not in ids:

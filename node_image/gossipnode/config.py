@@ -130,6 +130,9 @@ class NodeConfig(Strict):
     control: Path | None = Field(default=None, description="unix stream socket path of the control endpoint")
     duration_s: float | None = Field(default=None, gt=0)
     wait_for_start: bool = Field(default=False, description="run the protocol only after a control `start`")
+    incarnation: int = Field(default=0, ge=0, description="how many processes of this member ran before this one "
+                                                          "(0: its first start; a restart of the schedule: 1, 2, "
+                                                          "...): a protocol with a membership service rejoins")
     netns: str | None = Field(default=None, min_length=1,
                               description="network namespace to open the member's sockets in (a name under "
                                           "/run/netns, or an absolute path); None: the process's own. Used when "

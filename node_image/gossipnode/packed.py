@@ -158,8 +158,9 @@ class PackedMember:
             if self.state in (RUNNING, PAUSED):
                 self.crash()
             # no common start comes again: the new incarnation runs the protocol at once (a process the
-            # orchestrator restarts does the same: NodeDriver.run_at_once)
-            self.runtime_cfg = self.runtime_cfg.model_copy(update={"wait_for_start": False})
+            # orchestrator restarts does the same: NodeDriver.run_at_once); it is the member's next incarnation
+            self.runtime_cfg = self.runtime_cfg.model_copy(update={"wait_for_start": False,
+                                                                   "incarnation": self.runtime_cfg.incarnation + 1})
             self.start()
             if self.state == FAILED:
                 return {"ok": False, "error": f"member {self.name}: {self.reason}"}, None

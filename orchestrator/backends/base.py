@@ -83,6 +83,7 @@ class NodeDriver(ABC):
         self.backend, self.ctx = backend, ctx
         self.configs: dict[str, dict] = {}
         self.isolated: set[str] = set()          # members silently crashed (their traffic dropped)
+        self._started_later: set[str] = set()   # members started by a START of the schedule (run_at_once)
 
     def configure(self, configs: dict[str, dict]) -> dict[str, dict]:
         """The node configs as the nodes get them (a backend that runs them elsewhere rewrites paths)."""
@@ -90,18 +91,26 @@ class NodeDriver(ABC):
         return configs
 
     def run_at_once(self, names: list[str]) -> list[str]:
-        """A START during the schedule (a restart): no common start will come again, so a member whose config
-        waited for it (`wait_for_start`) runs the protocol as soon as it is up, as a joiner does. Flips the flag in
-        the driver's config and in the run directory's record (what a process started from it reads)."""
+        """A START during the schedule (a restart, or a joiner's first start): no common start will come again,
+        so a member whose config waited for it (`wait_for_start`) runs the protocol as soon as it is up, as a
+        joiner does; a member that ran before gets the next `incarnation` (its protocol knows it is a restart).
+        Changes the driver's config and the run directory's record (what a process started from it reads)."""
         for n in names:
             cfg = self.configs.get(n)
-            if cfg is not None and cfg.get("wait_for_start"):
-                cfg["wait_for_start"] = False
-                record = self.ctx.run.path / "configs" / f"{n}.json"
-                if record.exists():
-                    on_disk = json.loads(record.read_text())
-                    on_disk["wait_for_start"] = False
-                    record.write_text(json.dumps(on_disk, indent=1))
+            if cfg is None:
+                continue
+            update = {"wait_for_start": False} if cfg.get("wait_for_start") else {}
+            if n in self.ctx.first or n in self._started_later:
+                update["incarnation"] = cfg.get("incarnation", 0) + 1
+            self._started_later.add(n)
+            if not update:
+                continue
+            cfg.update(update)
+            record = self.ctx.run.path / "configs" / f"{n}.json"
+            if record.exists():
+                on_disk = json.loads(record.read_text())
+                on_disk.update(update)
+                record.write_text(json.dumps(on_disk, indent=1))
         return names
 
     def prepare(self) -> None:

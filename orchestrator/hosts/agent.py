@@ -9,6 +9,7 @@ already-open SSH channel, not an SSH handshake:
     {"op": "time"}                                  -> {"ok": true, "t": <host clock>}
     {"op": "signal", "node": "h3", "sig": 9}        -> {"ok": true, "pid": 123, "t": ..., "gone": true}
     {"op": "start", "node": "h3"}                   -> {"ok": true, "pid": 124, "t": ...}
+    {"op": "start", "node": "h3", "incarnation": 1} -> the same, its config's `incarnation` set first (a restart)
     {"op": "alive"}                                 -> {"ok": true, "alive": {"h3": false}}
     {"op": "control", "node": "h3", "request": {}}  -> {"ok": true, "reply": {...}}
     {"op": "isolate", "node": "h3", "on": true}     -> {"ok": true, "t": ...}   (a silent crash's iptables rules)
@@ -76,6 +77,14 @@ def handle(cfg, req):
             os.unlink(node["pidfile"])
         except FileNotFoundError:
             pass
+        if "incarnation" in req:             # the node's config is the file after --config in its start command
+            path = node["start"][node["start"].index("--config") + 1]
+            with open(path) as f:
+                cfg = json.load(f)
+            cfg["incarnation"] = int(req["incarnation"])
+            with open(path + ".tmp", "w") as f:
+                json.dump(cfg, f, indent=1)
+            os.replace(path + ".tmp", path)
         r = subprocess.run(node["start"], stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if r.returncode != 0:
             return {"ok": False, "error": f"start-stop-daemon exited {r.returncode}: {r.stderr.strip()}"}

@@ -86,7 +86,13 @@ class HostsDriver(NodeDriver):
             self.actx.check(self.actx.run("start.yml", self.ctx.progress),
                             "starting captures and nodes (playbooks/start.yml)")
             return {}
-        return self.sessions.each(list(names), {"op": "start"})
+        replies: dict[str, dict] = {}
+        by_incarnation: dict[int, list[str]] = {}        # a restart's config gets its incarnation (run_at_once)
+        for n in names:
+            by_incarnation.setdefault(int(self.configs.get(n, {}).get("incarnation", 0)), []).append(n)
+        for k, ns in sorted(by_incarnation.items()):
+            replies.update(self.sessions.each(ns, {"op": "start", **({"incarnation": k} if k else {})}))
+        return replies
 
     def await_ready(self, names: list[str], timeout_s: float) -> None:
         time.sleep(0.5)

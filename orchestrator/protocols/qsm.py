@@ -50,20 +50,9 @@ def _qsm_to_node(params: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return params
 
 
-def _qsm_membership_warnings(params: dict[str, Any], changes: list[str]) -> list[str]:
-    """The orchestrator is QSM's GMS for crashes and joins (`_gms_detect_s`: each crash is followed by a view
-    without the crashed members, each joiner's start by a view with it), but a crashed member does not come back:
-    restarted, it is out of the views for good ("it would need to rejoin the system": a restarted process would
-    start its sequence numbers again, which this GMS does not handle)."""
-    if "restarts members" not in changes:
-        return []
-    return ["the schedule restarts members, but QSM's membership service does not take a crashed member back (a "
-            "crash is followed by a view without it; docs/qsm.md): a restarted member stays out of the views"]
-
-
 def _gms_detect_s(params: dict[str, Any]) -> float:
     """QSM's GMS is played by the orchestrator: a crash's view comes `failure_detection_s` after it, and a
-    joiner's `failure_detection_s` after it starts."""
+    joiner's, or a restarted member's, `failure_detection_s` after it starts (schedule.with_gms)."""
     from gossipnode.protocols.qsm.params import QsmParams
 
     return QsmParams.model_validate({"name": "qsm", **params}).failure_detection_s
@@ -100,5 +89,5 @@ def _qsm_groups(params: dict[str, Any], ctx: GroupContext) -> list[dict[str, Any
             for r in ms.regions if r.name not in ctx.declared]
 
 
-ADAPTER = Adapter(membership_warnings=_qsm_membership_warnings, to_node=_qsm_to_node, multicast_groups=_qsm_groups,
+ADAPTER = Adapter(to_node=_qsm_to_node, multicast_groups=_qsm_groups,
                   gms_detect_s=_gms_detect_s, gms_batch_s=_gms_batch_s)

@@ -167,6 +167,20 @@ def test_a_joiners_delivery_is_the_same_in_spark(spark, tmp_path):
     assert row["delivery_ratio"] == pytest.approx(qsm.PLUGIN.run_values(run)["delivery"])
 
 
+def test_a_restarted_members_delivery_is_the_same_in_spark(spark, tmp_path):
+    """test_qsm_values.rejoin_log (h2 crashed, restarted and added back by view 2; h3 added back, then crashed
+    again): the Spark delivery table expects what run_values expects, 8 of 9."""
+    from analysis.rundir import load
+    from tests.analysis.test_qsm_values import qsm_run, rejoin_log
+
+    log = rejoin_log()
+    run = load(qsm_run(tmp_path, log, n=4))
+    events, members, groups = frames_of(spark, log, run)
+    (row,) = qsm.delivery_per_group(events, groups, members).collect()
+    assert (row["expected"], row["received"]) == (9, 8)
+    assert row["delivery_ratio"] == pytest.approx(qsm.PLUGIN.run_values(run)["delivery"])
+
+
 def test_overhead_counts_a_multicast_datagram_once(spark):
     # h0 multicasts DATA seq 1 to 239.1.0.1: captured leaving by mc0 and by h0-eth0 (2 frames, 1 message);
     # the same seq to 239.1.0.2 (another region): 1 more; a TOKEN over TCP twice (two rounds), a PULL; h1 forwards

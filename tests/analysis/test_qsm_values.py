@@ -292,6 +292,34 @@ def test_a_crashed_member_is_not_expected(tmp_path):
     assert r["delivery"] == pytest.approx(2 / 3) and r["crashed"] == ["h1"]
 
 
+def rejoin_log() -> list[dict]:
+    """Group a of h0..h3; h0 sends seq 1-6 at t = 1..6. The schedule crashes h2 at 1.5 s (view 1 removes it) and
+    h3 at 4.5 s; h2 is restarted and view 2 adds it back: h0 installs it at 3.5, h1 at 3.6, h2 at 3.7. h3 was
+    added back by view 2 too, but crashed again after: it expects nothing. h1 receives all 6; h2 seq 1 (its first
+    process) and 5, 6 (its second). Expected: h1 6, h2 what h0 sent from 3.5 on (4, 5, 6): 8 of 9."""
+    out = [e(f"h{i}", "node_started", 0.0, id=i) for i in range(4)]
+    out += [e("h0", "data_sent", float(s), seq=s, group_name="a") for s in range(1, 7)]
+    out += [e("h1", "data_received", s + 0.05, origin=0, seq=s) for s in range(1, 7)]
+    out += [e("h2", "data_received", s + 0.05, origin=0, seq=s) for s in (1, 5, 6)]
+    out += [e("orchestrator", "action_applied", 1.5, op="crash", targets=["h2"], actual_s=1.5),
+            e("orchestrator", "action_applied", 4.5, op="crash", targets=["h3"], actual_s=4.5)]
+    out += [e(n, "gms_view", t, view=1, removed=[2]) for n, t in (("h0", 2.0), ("h1", 2.0), ("h3", 2.0))]
+    out += [e(n, "gms_view", t, view=2, removed=[], added=[2, 3])
+            for n, t in (("h0", 3.5), ("h1", 3.6), ("h2", 3.7), ("h3", 3.6))]
+    return out
+
+
+def test_a_restarted_member_added_back_expects_what_a_joiner_does(tmp_path):
+    ev = rejoin_log()
+    r = values(tmp_path, ev, n=4)
+    assert r["delivery"] == pytest.approx(8 / 9) and r["crashed"] == ["h2", "h3"] and r["rejoined"] == ["h2"]
+    views = [(x["node"], x["ts"], x["view"], x.get("added")) for x in ev if x["event"] == "gms_view"]
+    ids = {f"h{i}": i for i in range(4)}
+    assert qsm.rejoined_members([("h2", T0 + 1.5), ("h3", T0 + 4.5)], views, ids) == {"h2"}
+    # crashed again after it was added back: out again
+    assert qsm.rejoined_members([("h2", T0 + 1.5), ("h2", T0 + 5.0)], views, ids) == set()
+
+
 def test_summary_is_the_control_overhead_only():
     # the Spark summary: DATA 6 packets / 600 bytes, TOKEN 2 / 100, FORWARD 2 / 300: control 4 of 10 packets, 400 of
     # 1000 bytes; every other key number is run_values' (the tests above)

@@ -13,7 +13,9 @@ if set, runs after every delivered message and timer (to check an invariant at e
 member silently (what reaches it is lost, its timers never fire); `gms_remove(ids, spread)` is the GMS's next view
 without those members, reaching every other running member at its own moment within `spread` seconds, and
 `gms_add(ids, spread)` the next view with those joiners (configs made with `joiners=[...]`: until then their cores
-take part in nothing, as a process not started yet).
+take part in nothing, as a process not started yet) or with restarted members. `restart(i)` starts a crashed
+member's next process: a fresh core with the next `incarnation`, which gets every view so far with the next view
+(the cumulative `gms_view` command, as the runtime's control does).
 """
 from __future__ import annotations
 
@@ -88,6 +90,7 @@ class Sim:
         self.after: Callable[[Sim], None] | None = None
         self.crashed: set[int] = set()
         self.view = 0
+        self.changes: list[dict[str, list[int]]] = []      # every view's change so far (the GMS's command)
         for i, node in self.nodes.items():
             self._emit(i, node.startup)
             self._timer(i)
@@ -145,10 +148,10 @@ class Sim:
             at, _, kind, payload = heapq.heappop(self.queue)
             self.now = at
             if kind == "view":
-                i, change, ids = payload
+                i, changes = payload
                 if i not in self.crashed:
                     node = self.nodes[i]
-                    self._emit(i, node.view_change(ids, at) if change == "remove" else node.view_add(ids, at))
+                    self._emit(i, node.control({"cmd": "gms_view", "changes": changes}, at)[1])
                     self._timer(i)
                 continue
             if payload[0] in self.crashed:
@@ -181,8 +184,19 @@ class Sim:
 
     def _gms(self, change: str, ids: list[int], spread: float) -> None:
         self.view += 1
+        self.changes.append({change: list(ids)})
         for i in sorted(self.nodes):      # a crashed member never sees it (run_until)
-            self._push(self.now + self.rng.uniform(0, spread), "view", (i, change, list(ids)))
+            self._push(self.now + self.rng.uniform(0, spread), "view", (i, list(self.changes)))
+
+    def restart(self, i: int) -> None:
+        """A crashed member's next process (a fresh core, the next incarnation) starts now."""
+        assert i in self.crashed, f"member {i} is running"
+        self.crashed.discard(i)
+        old = self.nodes[i]
+        self.nodes[i] = node = QsmNode(old.cfg.model_copy(update={"incarnation": old.incarnation + 1}), self.now)
+        self.scheduled.pop(i, None)
+        self._emit(i, node.startup)
+        self._timer(i)
 
     def crash_and_remove(self, who: list[int], detect: float, spread: float = 0.3) -> None:
         """Crash `who` now and, `detect` seconds later, announce the GMS's view without them (`gms_remove`)."""

@@ -133,6 +133,9 @@ def test_crashed_member_is_silent_its_peers_declare_it_failed_and_restart_is_fre
             assert reply["incarnation"] == 2
             state = (await ask(cfgs[victim], {"cmd": "state"}))["state"]
             assert state["incarnation"] == 2 and state["runtime"].get("packets_in", 0) < 50
+            # the new runtime's config says it is the member's second process (a protocol can tell a restart)
+            member = host.by_name[f"m{victim}"]
+            assert member.runtime_cfg.incarnation == 1 and member.runtime.cfg.incarnation == 1
         results = await asyncio.gather(host.run(), faults())
         return results[0]
 

@@ -39,7 +39,7 @@ def test_joiners_are_in_no_view_until_the_gms_adds_them():
     assert two.groups == GROUPS and two.removed == frozenset()
     # a removal and a join in one sequence: the same rule for both
     assert [r.index for r in two.remove([3]).regions] == [5, 4, 2]
-    with pytest.raises(ValueError, match="not joiners waiting to join"):
+    with pytest.raises(ValueError, match="neither joiners waiting to join nor removed"):
         two.add([9])
     with pytest.raises(ValueError, match="unknown or already removed"):
         ms.remove([9])                 # not in the view yet

@@ -367,6 +367,29 @@ def test_silent_crash_rules_drop_only_the_nodes_port_both_ways_and_the_agent_app
     assert not r["ok"] and "cannot open table" in r["error"]
 
 
+def test_the_agent_starts_a_restart_with_its_incarnation_in_the_nodes_config(tmp_path, key):
+    """A restart on a real host (HostsDriver.start_nodes): the agent writes the member's `incarnation` into the
+    config its start command reads (the file after --config), then starts it; a first start leaves it alone."""
+    from orchestrator.hosts import agent
+
+    host = hosts_and_plan(tmp_path, key)[2][0]
+    cfg = render.agent_config(host, "gtunit", "/srv/ctl.sock")
+    node = cfg["nodes"][host.member]
+    conf = tmp_path / "h.json"
+    conf.write_text(json.dumps({"name": host.member, "wait_for_start": False}))
+    pidfile = tmp_path / "h.pid"
+    # the start command as render makes it, with a stand-in that records the config it was started with
+    seen = tmp_path / "seen.json"
+    node["start"] = ["sh", "-c", f'cp "$2" {seen} && echo $$ > {pidfile}', "sh", "--config", str(conf)]
+    node["pidfile"] = str(pidfile)
+    assert render.node_start_argv(host, "gtunit")[-2] == "--config"
+    r = agent.handle(cfg, {"op": "start", "node": host.member})
+    assert r["ok"] and "incarnation" not in json.loads(seen.read_text())
+    r = agent.handle(cfg, {"op": "start", "node": host.member, "incarnation": 2})
+    assert r["ok"] and json.loads(seen.read_text()) == {"name": host.member, "wait_for_start": False,
+                                                         "incarnation": 2}
+
+
 def test_clock_measure_takes_the_round_trip_with_the_smallest_rtt():
     ticks = iter([0.0, 0.010, 1.0, 1.002, 2.0, 2.004])        # this clock: send, receive, per round trip
     remote = iter([5.004, 6.0015, 7.003])                       # the remote's reading in each

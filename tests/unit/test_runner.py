@@ -222,6 +222,16 @@ def test_a_restarted_member_runs_at_once_instead_of_waiting_for_the_common_start
     assert driver.configs["h3"]["wait_for_start"] is False
     assert json.loads((runner.run.path / "configs" / "h3.json").read_text())["wait_for_start"] is False
     assert all(c["wait_for_start"] for n, c in driver.configs.items() if n != "h3")
+    # and its process is the member's second (its protocol can tell: QSM's rejoins); a joiner's first start is
+    # its first, a later one its second
+    assert driver.configs["h3"]["incarnation"] == 1
+    assert json.loads((runner.run.path / "configs" / "h3.json").read_text())["incarnation"] == 1
+    assert driver.run_at_once(["h3"]) and driver.configs["h3"]["incarnation"] == 2
+    driver.ctx.first.remove("h5")                 # as if h5 were a joiner
+    driver.run_at_once(["h5"])
+    assert "incarnation" not in driver.configs["h5"]
+    driver.run_at_once(["h5"])
+    assert driver.configs["h5"]["incarnation"] == 1
 
 
 def test_the_manifest_is_written_once_per_state_and_only_with_schema_keys(tmp_path, monkeypatch):

@@ -76,9 +76,10 @@ def test_links_partition_heal():
     assert tl.ops[2].kind == "link_restore" and set(tl.ops[2].links) == {(lid, "down"), (lid, "up")}
 
 
-def test_a_membership_service_announces_a_view_after_each_crash():
-    # crashes at 10 s (two members) and 20 s, a restart at 30 s, the first pair crashed again at 35 s (nobody new),
-    # one at 59.5 s (its view would come after the end); the failure detector takes 1.5 s
+def test_a_membership_service_announces_a_view_after_each_crash_and_takes_a_restarted_member_back():
+    # crashes at 10 s (two members) and 20 s, a restart of the first two at 30 s (QSM §2.1: "it would need to
+    # rejoin the system": a view adds them back), one of them crashed again at 35 s (removed again), one at 59.5 s
+    # (its view would come after the end); the failure detector takes 1.5 s
     a, b, c = MEMBERS[2], MEMBERS[5], MEMBERS[7]
     tl = with_gms(timeline([{"at": 10, "action": "crash", "nodes": [a, b]},
                             {"at": 20, "action": "crash", "nodes": [c]},
@@ -86,11 +87,19 @@ def test_a_membership_service_announces_a_view_after_each_crash():
                             {"at": 35, "action": "crash", "nodes": [a]},
                             {"at": 59.5, "action": "crash", "nodes": [MEMBERS[9]]}]), PLAN, 1.5, 60.0)
     views = [o for o in tl.ops if o.kind == OpKind.GMS_VIEW]
-    assert [(o.t, o.index, o.targets) for o in views] == [(11.5, 0, (a, b)), (21.5, 1, (c,))]
+    assert [(o.t, o.index, o.targets) for o in views] == [(11.5, 0, (a, b)), (21.5, 1, (c,)), (31.5, 2, (a, b)),
+                                                          (36.5, 3, (a,))]
     # each carries every view's change so far (member ids: plan order) and who is down then (not sent to)
     assert views[0].params == ((("remove", (2, 5)),), tuple(sorted((a, b))))
     assert views[1].params == ((("remove", (2, 5)), ("remove", (7,))), tuple(sorted((a, b, c))))
+    assert views[2].params == ((("remove", (2, 5)), ("remove", (7,)), ("add", (2, 5))), (c,))   # running again
+    assert views[3].params[0][-1] == ("remove", (2,)) and views[3].params[1] == tuple(sorted((a, c)))
     assert [o.kind for o in tl.ops].count(OpKind.CRASH) == 4 and tl.ops == sorted(tl.ops)
+    # a restart of a member no view removed yet (its view is still due) is added after that view
+    tl = with_gms(timeline([{"at": 10, "action": "crash", "nodes": [a]}, {"at": 10.5, "action": "restart",
+                                                                            "nodes": [a]}]), PLAN, 1.5, 60.0)
+    assert [(o.t, o.params[0][-1]) for o in tl.ops if o.kind == OpKind.GMS_VIEW] == [(11.5, ("remove", (2,))),
+                                                                                      (12.0, ("add", (2,)))]
     assert with_gms(timeline([]), PLAN, 1.0, 60.0).ops == []
 
 
@@ -137,8 +146,8 @@ def test_a_member_paused_when_a_view_came_gets_it_again_as_it_resumes():
 
 
 def test_a_joiner_is_added_by_a_view_after_its_first_start_and_not_sent_views_before():
-    # c crashes at 2 s, d and e join at 5 s, e crashes at 20 s and is restarted at 30 s (a restart is not a join);
-    # the GMS's delay is 1 s
+    # c crashes at 2 s, d and e join at 5 s, e crashes at 20 s and is restarted at 30 s (a rejoin, as after any
+    # crash); the GMS's delay is 1 s
     c, d, e = MEMBERS[7], MEMBERS[4], MEMBERS[6]
     tl = with_gms(timeline([{"at": 2, "action": "crash", "nodes": [c]},
                             {"at": 5, "action": "join", "nodes": [d, e]},
@@ -149,10 +158,11 @@ def test_a_joiner_is_added_by_a_view_after_its_first_start_and_not_sent_views_be
     first = ("remove", (ids[c],))
     added = ("add", tuple(sorted((ids[d], ids[e]))))
     # the view at 3 s is not sent to the joiners (not started: down); the one adding them comes 1 s after they
-    # start, with every change so far (they replay the first); the restart at 30 s adds nobody
+    # start, with every change so far (they replay the first); the restart at 30 s adds e back
     assert views == [(3.0, ((first,), tuple(sorted((c, d, e))))),
                      (6.0, ((first, added), (c,))),
-                     (21.0, ((first, added, ("remove", (ids[e],))), tuple(sorted((c, e)))))]
+                     (21.0, ((first, added, ("remove", (ids[e],))), tuple(sorted((c, e))))),
+                     (31.0, ((first, added, ("remove", (ids[e],)), ("add", (ids[e],))), (c,)))]
 
 
 def test_a_leave_is_announced_at_once_and_views_go_out_in_time_order():

@@ -42,6 +42,7 @@ from .membership import (
 from .wire import MIN_DATA_SIZE, NO_RATE, Ack, Data, Entry, MsgType, Nak, Pull, Token
 
 NO_STABLE = 0xFFFFFFFF
+SEQ_BITS_PER_INCARNATION = 24   # a restarted sender numbers its messages from incarnation << 24 (seq is a u32)
 MAX_GAP_TRACK = 4096     # gaps noted per arrival for recovery latency (bounds the work after a huge jump)
 
 
@@ -112,8 +113,15 @@ class QsmNode(Core):
         self.counters: Counter[str] = Counter()
         self.rate: MovingRate | None = None     # μ_rec^(i): sampled from the first packet on (undefined before)
         # receiver: the region views this member takes part in, the current one and old ones it is finishing; a
-        # joiner takes part in none until the GMS's view adds it (`joined`)
-        self.joined = self.me not in self.ms.absent
+        # joiner takes part in none until the GMS's view adds it (`joined`), and neither does a restarted member
+        # (a new process of a member the GMS removed when it crashed: "if that node is actually not dead, it would
+        # need to rejoin the system", §2.3.2): it replays the views, its own removal among them, until one adds it
+        self.incarnation = cfg.incarnation
+        if self.incarnation >> (32 - SEQ_BITS_PER_INCARNATION):
+            raise ValueError(f"qsm: incarnation {self.incarnation}: at most "
+                             f"{(1 << (32 - SEQ_BITS_PER_INCARNATION)) - 1} restarts of one member (their "
+                             "message numbers share a u32)")
+        self.joined = self.me not in self.ms.absent and not self.incarnation
         self.views: dict[int, View] = {}
         if self.joined:
             region = self.ms.region_of[self.me]
@@ -130,7 +138,9 @@ class QsmNode(Core):
             assert wl is not None
             self.groups_out = self.ms.sends_to[self.me]
             self.rr = 0
-            self.seq = 0
+            # a restarted sender's messages are numbered apart from its earlier processes' (the wire's seq is a
+            # u32: 2^24 messages per incarnation), so (origin, seq) still names one message
+            self.seq = self.incarnation << SEQ_BITS_PER_INCARNATION
             # per region view sent to (old views' too, until their packets are acknowledged)
             self.rseq: dict[int, int] = {}
             self.buffer: dict[int, dict[int, tuple[int, int, bytes, float]]] = {}
@@ -149,7 +159,8 @@ class QsmNode(Core):
         if self.joined:
             self._log_membership(now, self.startup, "qsm_membership")
         else:
-            self.startup.log(now, "qsm_waiting_to_join", view=self.ms.view)
+            self.startup.log(now, "qsm_waiting_to_join", view=self.ms.view,
+                             **({"incarnation": self.incarnation} if self.incarnation else {}))
 
     def _log_membership(self, now: float, out: Output, event: str, **extra: Any) -> None:
         v = self.cur
@@ -203,15 +214,19 @@ class QsmNode(Core):
             return math.inf
         return v.last_visit + (self._retire_rounds() + 2) * self.p.token_interval_s
 
+    def _gone(self, member: int, v: View) -> bool:
+        """`member`'s process in `v` is gone (removed; or `v` is from before a restarted member's rejoin)."""
+        return self.ms.gone_in(member, v.region.index)
+
     def _settled(self, v: View) -> bool:
         """The last token that visited `v` here purged (was stable region-wide) every packet this member knows of
         in it: the largest any member had seen in the round before, and the largest it has seen itself."""
-        return all(o in self.ms.removed or v.purged[o] >= max(v.cutoff[o], v.max_seen[o]) for o in v.origins)
+        return all(self._gone(o, v) or v.purged[o] >= max(v.cutoff[o], v.max_seen[o]) for o in v.origins)
 
     def _complete(self, v: View) -> bool:
         """This member holds every packet of `v` up to the largest any member of it is known to have (or their
         origin is removed: nothing more of it will come)."""
-        return all(o in self.ms.removed or max(v.recv[o].r, v.purged[o]) >= max(v.max_seen[o], v.cutoff[o])
+        return all(self._gone(o, v) or max(v.recv[o].r, v.purged[o]) >= max(v.max_seen[o], v.cutoff[o])
                    for o in v.origins)
 
     def _next_expiry(self) -> float:
@@ -345,8 +360,9 @@ class QsmNode(Core):
         out = Output()
         t = msg.type
         data = t in (MsgType.DATA, MsgType.RETRANS, MsgType.FORWARD)
-        if self.removed_self or (msg.sender in self.ms.removed and not data):
-            # a view change removed the sender (its control traffic still in flight) or this member
+        if self.removed_self or (not data and self.ms.gone_in(msg.sender, msg.region)):
+            # a view change removed the sender (its control traffic still in flight: of the process a restarted
+            # member had before, too) or this member
             self.counters["from_removed"] += 1
             return out
         if not self.joined:
@@ -362,6 +378,10 @@ class QsmNode(Core):
             if msg.region not in self.unknown_seen:
                 self.unknown_seen.add(msg.region)
                 out.log(now, "unknown_region_view", region_index=msg.region, view=self.ms.view, **{"from": msg.sender})
+            return out
+        if self.ms.gone_in(self.me, msg.region):
+            # a region view from before this member's removal: meant for its earlier process (a restart)
+            self.counters["for_earlier_process"] += 1
             return out
         if t == MsgType.ACK:
             if msg.origin != self.me:
@@ -384,7 +404,7 @@ class QsmNode(Core):
                 return out
             raise BadMessage(f"{t.name} for region {msg.region}, which this member is not in")
         if msg.sender not in v.region.members and t not in (MsgType.DATA, MsgType.RETRANS) \
-                and msg.sender not in self.ms.removed:
+                and not self.ms.gone_in(msg.sender, msg.region):
             raise BadMessage(f"{t.name} from {msg.sender}, who is not in region {v.region.name}")
         if data:
             if msg.origin not in v.recv:
@@ -523,7 +543,7 @@ class QsmNode(Core):
             delayed: dict[int, int] = {}
             for s in (missing if not (from_pred and v.is_pleader) else ()):
                 if s % p != v.part:
-                    if s <= v.replicated[o] or o in self.ms.removed:
+                    if s <= v.replicated[o] or self._gone(o, v):
                         others.setdefault(s % p, []).append(s)
                     else:
                         delayed[s % p] = delayed.get(s % p, 0) + 1
@@ -549,7 +569,7 @@ class QsmNode(Core):
             # each survivor that misses some of its packets asks their origin itself (which has them if no replica
             # had acknowledged them; those all its replicas had are lost with them: "it is extremely unlikely that
             # all of them will crash before the message is delivered", §2.3)
-            if v.orphaned and o not in self.ms.removed:
+            if v.orphaned and not self._gone(o, v):
                 orphans = normalise((s, s) for s in missing if s % p in v.orphaned)[:limit]
                 if orphans:
                     self.counters["nak_sent_orphaned"] += 1
@@ -583,7 +603,7 @@ class QsmNode(Core):
         if v.is_pleader and (token.phase == 1 or len(v.partition) == 1):
             for e in token.entries:          # the partition's collective NAK to the origin
                 if e.pnak:
-                    if e.origin != self.me and e.origin not in self.ms.removed:
+                    if e.origin != self.me and not self._gone(e.origin, v):
                         out.stream.append((e.origin, Nak(self.me, v.region.index, e.origin, v.part, e.pnak)))
                     self.counters["nak_sent"] += 1
                     out.log(now, "nak_sent", origin=e.origin, partition=v.part, count=count(e.pnak),
@@ -628,7 +648,7 @@ class QsmNode(Core):
             acks += 1
             if o == self.me:
                 self._on_ack(ack, now, out)
-            elif o not in self.ms.removed:
+            elif not self._gone(o, v):
                 out.stream.append((o, ack))
             out.log(now, "ack_sent", origin=o, round=token.round, stable=ack.stable, cached=ack.cached,
                     max_seen=e.max_seen, rate=None if rate == NO_RATE else rate / 1000.0, m=m)
@@ -645,7 +665,7 @@ class QsmNode(Core):
         last purge handed round (§2.2: "the system keeps trying to deliver a message until every member of the
         relevant view either has acknowledged it or is dead")."""
         sig = tuple((e.origin, e.max_seen, e.stable) for e in token.entries)
-        done = all(e.stable >= e.max_seen or e.origin in self.ms.removed for e in token.entries)
+        done = all(e.stable >= e.max_seen or self._gone(e.origin, v) for e in token.entries)
         v.quiet = v.quiet + 1 if done and sig == v.last_sig else 0
         v.last_sig = sig
         if v.quiet >= self._retire_rounds():
@@ -745,6 +765,7 @@ class QsmNode(Core):
             if self.me not in joined:          # a view made before this joiner's: replayed, nothing to take part in
                 return out
             self.joined = True
+            self.removed_self = False          # a restarted member replayed its own removal: it is back
             if self.sender:
                 self.due = max(self.start_at, now) if self.start_at < self.stop else math.inf
         current = {r.index for r in self.ms.regions}

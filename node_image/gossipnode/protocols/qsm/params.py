@@ -113,6 +113,14 @@ class Membership:
     configured: dict[str, list[int]] | None = None          # group -> its members once all joined (the params')
     configured_senders: dict[str, list[int]] | None = None  # group -> its senders once all joined
     n: int = 0                            # members configured (ids 0..n-1)
+    # member -> the first region view index made after its latest removal: the views before it lost that member's
+    # process for good, even once a restarted process of it is added back (`gone_in`)
+    lost: dict[int, int] | None = None
+
+    def gone_in(self, member: int, index: int) -> bool:
+        """`member`'s process that took part in region view `index` is gone: the GMS removed it (crashed or
+        departed), and if it was added back since (a restart), `index` is a view from before that removal."""
+        return member in self.removed or index < (self.lost or {}).get(member, 0)
 
     def region(self, index: int) -> Region:
         """The region view with this index, current or old (KeyError if this membership never had it)."""
@@ -173,13 +181,14 @@ class Membership:
         return self.change(gone, set())
 
     def add(self, joined: Iterable[int]) -> Membership:
-        """The next view after the GMS added `joined` (joiners, into the groups the params list them in): `change`.
-        ValueError for a member that is not a joiner waiting to be added."""
+        """The next view after the GMS added `joined` (joiners, into the groups the params list them in; or
+        members it removed that run again, a restart: "if that node is actually not dead, it would need to rejoin
+        the system", §2.3.2): `change`. ValueError for a member that is neither waiting to join nor removed."""
         new = set(joined)
-        bad = sorted(m for m in new if m not in self.absent)
+        bad = sorted(m for m in new if m not in self.absent and m not in self.removed)
         if bad or not new:
-            raise ValueError(f"qsm view change: members {bad} are not joiners waiting to join" if bad
-                             else "qsm view change: no member to add")
+            raise ValueError(f"qsm view change: members {bad} are neither joiners waiting to join nor removed "
+                             f"members rejoining" if bad else "qsm view change: no member to add")
         return self.change(set(), new)
 
     def change(self, gone: set[int], joined: set[int]) -> Membership:
@@ -222,10 +231,16 @@ class Membership:
         for key in sorted(by_key):
             successor(key, by_key[key])
         region_of = {m: r for r in regions for m in r.members}
+        sends_to = {s: gs for s, gs in self.sends_to.items() if s not in gone}
+        for s in sorted(joined & self.removed):            # a sender rejoining sends into its groups again
+            gs = [g for g in self.configured if s in self.configured_senders[g]]
+            if gs:
+                sends_to[s] = gs
+        first_new = max(self.views) + 1
+        lost = {**(self.lost or {}), **{m: first_new for m in gone}}
         return Membership(groups, senders, regions, region_of, {g: regions_of_group(regions, g) for g in groups},
-                          {s: gs for s, gs in self.sends_to.items() if s not in gone}, self.partition_size,
-                          self.view + 1, self.removed | gone, views, self.absent - joined, self.configured,
-                          self.configured_senders, self.n)
+                          sends_to, self.partition_size, self.view + 1, (self.removed | gone) - joined, views,
+                          self.absent - joined, self.configured, self.configured_senders, self.n, lost)
 
     def origins_of(self, region: Region) -> list[int]:
         """The senders that multicast into `region` (its groups' senders), sorted."""
