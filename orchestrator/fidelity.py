@@ -195,11 +195,12 @@ def train_rate_bps(times: list[float], wire_bytes: int) -> float | None:
 
 
 def measure_rate(sample: RateSample, plan: NetworkPlan, popen, idle_s: float = 3.0) -> None:
-    """Run the train: a sink inside `dst`, the source inside `src` (`popen(node, argv, **kw)`)."""
+    """Run the train: a sink inside `dst`, the source inside `src` (`popen(node, argv, **kw)`); the sink ends
+    when the whole train arrived, or `idle_s` after the last packet when some were lost."""
     per_packet_s = sample.wire_bytes * 8 / sample.real_bps
     idle_s = max(idle_s, 3 * per_packet_s)       # the sink ends after this long without a packet
-    sink = popen(sample.dst, [*UDP_TOOL, "sink", str(RATE_PORT), str(idle_s)], stdout=subprocess.PIPE,
-                 stderr=subprocess.PIPE, text=True)
+    sink = popen(sample.dst, [*UDP_TOOL, "sink", str(RATE_PORT), str(idle_s), str(sample.count)],
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         if sink.stdout.readline().strip() != "ready":
             raise RuntimeError(f"rate sample: the sink in {sample.dst} did not start: {sink.stderr.read()}")
