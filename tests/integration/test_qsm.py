@@ -239,20 +239,22 @@ def test_qsm_crashed_members_restarted_rejoin_mid_stream(tmp_path):
     # the old region views as every member computed them at the start (the configs' groups), for h20's old packets
     cfg = NodeConfig.model_validate(_json.loads((where[0] / "configs" / "h0.json").read_text()))
     start = cfg.protocol.membership(cfg)
-    old20: dict[int, set[str]] = {}                       # h20's first-process packets -> survivors that got them
-    region_of: dict[int, tuple[int, int]] = {}
+    # h20's first-process packets, per region view it sent them into (r-a-b and r-b: each its own rseq) -> the
+    # survivors there that got them
+    old20: dict[tuple[int, int], set[str]] = {}
+    seq_of: dict[tuple[int, int], int] = {}
     for e in log:
         if e["event"] == "data_received" and e["origin"] == 20 and e["seq"] < new and e["node"] not in back:
-            old20.setdefault(e["seq"], set()).add(e["node"])
-            region_of[e["seq"]] = (e["region_index"], e["rseq"])
+            old20.setdefault((e["region_index"], e["rseq"]), set()).add(e["node"])
+            seq_of[(e["region_index"], e["rseq"])] = e["seq"]
     excused = set()
-    for seq, have in old20.items():
-        r = start.region(region_of[seq][0])
+    for (ridx, rseq), have in old20.items():
+        r = start.region(ridx)
         survivors = {names[m] for m in r.members} - back
-        if any(r.caches(ids[m], region_of[seq][1]) for m in have):
-            assert have == survivors, (seq, sorted(survivors - have))
+        if any(r.caches(ids[m], rseq) for m in have):
+            assert have == survivors, (ridx, rseq, sorted(survivors - have))
         else:
-            excused.add((20, seq))
+            excused.add((20, seq_of[(ridx, rseq)]))
     for node, mid in ids.items():
         mine = {(o, s) for (n, o, s) in got if n == node}
         if node in back:
@@ -276,7 +278,7 @@ def test_qsm_crashed_members_restarted_rejoin_mid_stream(tmp_path):
         assert not any(snap["cached"].values()), f"{node} still caches {snap['cached']}"
         if "sender" in snap:
             assert not any(snap["sender"]["buffered"].values()), f"{node} still buffers {snap['sender']}"
-    print(f"\nQSM restarts: {len(sent)} packets logged, h20's first process {len(old20)} delivered "
+    print(f"\nQSM restarts: {len(sent)} packets logged, h20's first process {len(set(seq_of.values()))} delivered "
           f"({len(excused)} with no surviving caching replica), its second {len(new20)} from {new20[0]}; "
           f"{len(views)} members installed the view adding h12 and h20 within "
           f"{(max(since.values()) - min(since.values())) * 1e3:.0f} ms; h12's second process delivered {again12}")
