@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-fig16-budget repro-qsm-fig20-ring repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
 setup: system venv docker-engine
 
 system:
@@ -188,6 +188,27 @@ repro-qsm-fig19-20: setup
 repro-qsm-fig14: setup
 	$(LOGGED) $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --out $(REPRO_OUT)/qsm-fig14 --no-analyze
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig14 --out docs/results/qsm-fig14 --load $(REPRO_OUT)/load.log
+
+# QSM's Figure 20 (issue 34): is the ring length what makes 8 members acknowledge later than 16 at 1 % loss? One
+# token ring of 16 (R = 16) against three (R = 5) at 16 members, two rings of 4 (R = 3) against one of 8 (R = 5)
+# at 8 members; as repro-qsm-fig19-20 otherwise (0.2 virtual cores per member, N = 2, sending 2-22 s of 28 s),
+# 3 runs per point, one at a time, the load logged; about 20 minutes.
+repro-qsm-fig20-ring: setup
+	$(LOGGED) $(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=8 --axis links.loss=1% \
+	  --axis protocol.qsm.partition_size=3,5 --axis nodes.cpu=0.2 --axis workload.stop=22s --axis duration=28s \
+	  --dilation 2 --no-analyze --out $(REPRO_OUT)/qsm-fig20-ring/n8
+	$(LOGGED) $(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=16 --axis links.loss=1% \
+	  --axis protocol.qsm.partition_size=5,16 --axis nodes.cpu=0.2 --axis workload.stop=22s --axis duration=28s \
+	  --dilation 2 --no-analyze --out $(REPRO_OUT)/qsm-fig20-ring/n16
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig20-ring/n8 $(REPRO_OUT)/qsm-fig20-ring/n16 \
+	  --out docs/results/qsm-fig20-ring --load $(REPRO_OUT)/load.log
+
+# QSM's Figure 16 (issue 34) at a CPU budget per member: S = 1, 2, 4, 8 senders in one 25-member group, every
+# member at 0.2 virtual cores (N = 4), 3 runs per point, one at a time, the load logged; about 20 minutes.
+repro-qsm-fig16-budget: setup
+	$(LOGGED) $(ORCH) sweep topologies/qsm-fig16-budget-sweep.yaml --out $(REPRO_OUT)/qsm-fig16-budget-n4 --no-analyze
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig16-budget-n4 --out docs/results/qsm-fig16-budget-n4 \
+	  --load $(REPRO_OUT)/load.log
 
 repro-qsm: setup
 	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=4,8,12,16 --out $(REPRO_OUT)/qsm-fig9 --no-analyze
