@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-fig16-budget repro-qsm-fig1-budget repro-qsm-fig20-ring repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-fig16-budget repro-qsm-fig1-budget repro-qsm-budget-control repro-qsm-fig20-ring repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
 setup: system venv docker-engine
 
 system:
@@ -208,6 +208,14 @@ repro-qsm-fig20-ring: setup
 repro-qsm-fig16-budget: setup
 	$(LOGGED) $(ORCH) sweep topologies/qsm-fig16-budget-sweep.yaml --out $(REPRO_OUT)/qsm-fig16-budget-n4 --no-analyze
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig16-budget-n4 --out docs/results/qsm-fig16-budget-n4 \
+	  --load $(REPRO_OUT)/load.log
+
+# The control for Figure 16's S = 1 point (docs/reproduction-qsm.md): Figure 14's k = 1 point again (the same
+# setting), 3 runs, one at a time, the load logged; about 6 minutes.
+repro-qsm-budget-control: setup
+	$(LOGGED) $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze \
+	  --out $(REPRO_OUT)/qsm-fig14-k1-again
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig14-k1-again --out docs/results/qsm-fig14-k1-again \
 	  --load $(REPRO_OUT)/load.log
 
 # QSM's Figure 1 (issue 34) at a CPU budget per member: G = 1, 2, 4, 8, 16 groups on the same 25 members, one sender
