@@ -21,8 +21,8 @@ excluded one with the reason. This script declares the point, the values, the ta
 summary.csv / summary.json (per point (members, G, regions, S, R, loss, token, shaper, N, CPU budget): runs,
 excluded, the largest load, per value its mean, 95 % CI half-width (Student t) and n; the cost model), tables.md,
 and the figures (fig9_rate_vs_nodes.png, fig12_13_rate_vs_R.png, fig17_rate_over_time.png, fig19_recovery.png,
-fig20_ack_latency.png, fig1_rate_vs_groups.png, fig14_regions.png, fig15_token_rate.png, fig16_senders.png: those
-with data).
+fig20_ack_latency.png, fig20_partitions.png, fig1_rate_vs_groups.png, fig14_regions.png, fig15_token_rate.png,
+fig16_senders.png: those with data).
 `tables` regenerates them from a directory's committed CSVs (no run directory): the point keys, values and
 columns its runs.csv lacks (older results: no G, S, N, CPU budget, Jain's index, exclusions) are left out.
 

@@ -124,6 +124,45 @@ def fig_latency(agg: list[dict], keys: tuple[str, str], ylabel: str, title: str,
     save(fig, path, title=title)
 
 
+def partitions(r: dict) -> int:
+    """A region's partitions (token rings) at the point: p = max(1, floor(members / R)) (membership.region_view)."""
+    return max(1, int(r["members"]) // int(r["R"]))
+
+
+def fig20_rings(agg: list[dict], path: Path) -> None:
+    """ACK and recovery latency (token rounds) against the region's partitions, one line per member count under
+    loss: drawn when some member count has points at two partition counts (make repro-qsm-fig20-ring)."""
+    rows = [r for r in agg if r["shaper"] == "delayline" and one_group_one_sender(r) and r["loss"] > 0
+            and r.get("R") and r.get("members")]
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by.setdefault((r["members"], r["loss"], r.get("dilation"), r.get("cpu")), []).append(r)
+    lines = {k: sorted(v, key=partitions) for k, v in by.items() if len({partitions(r) for r in v}) >= 2}
+    if not lines:
+        return
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for i, ((n, loss, dil, cpu), rs) in enumerate(sorted(lines.items(), key=lambda kv: str(kv[0]))):
+        label = f"{n} members, loss {loss:.1%}" + (f", N = {dil}, CPU {cpu}" if cpu is not None else "")
+        for ax, key in zip(axes, ("ack_latency_rounds", "recovery_latency_rounds")):
+            xs = [partitions(r) for r in rs]
+            ax.errorbar(xs, [r.get(key) for r in rs], yerr=[r.get(f"{key}_ci95") or 0 for r in rs], marker="o",
+                        capsize=3, label=label, color=f"C{i}")
+            for x, r in zip(xs, rs):
+                ax.annotate(f"R = {r['R']}", (x, r.get(key) or 0), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color=f"C{i}")
+    axes[0].axhline(PAPER["ack_rounds_large"], ls="--", color="grey", lw=1)
+    axes[0].text(axes[0].get_xlim()[0], PAPER["ack_rounds_large"], " paper: 3.5 rounds (large)", fontsize=7,
+                 va="bottom", color="grey")
+    axes[0].set_ylabel("ACK latency (token rounds)")
+    axes[1].set_ylabel("recovery latency (token rounds)")
+    for ax in axes:
+        ax.set_xlabel("partitions (token rings) in the region: max(1, members // R)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    save(fig, path, title="Figure 20 here: ACK and recovery latency vs the region's partitions")
+
+
 def fig17(runs: list[dict], path: Path) -> None:
     rows = [r for r in runs if r["loss"] == 0 and r["R"] == 5 and r.get("rate_series") and one_group_one_sender(r)]
     if not rows:
@@ -294,6 +333,7 @@ def draw(out: Path, runs: list[dict], agg: list[dict], model: dict | None = None
                 "Figure 20 here: ACK latency vs members", out / "fig20_ack_latency.png",
                 [("paper: ~1 round (small)", PAPER["ack_rounds_small"]),
                  ("paper: 3.5 rounds (large)", PAPER["ack_rounds_large"])])
+    fig20_rings(agg, out / "fig20_partitions.png")
     fig1(agg, out / "fig1_rate_vs_groups.png")
     fig14(agg, out / "fig14_regions.png")
     fig15(agg, out / "fig15_token_rate.png")

@@ -170,3 +170,10 @@ def test_figures_are_drawn(tmp_path):
     for f in ("fig1_rate_vs_groups.png", "fig14_regions.png", "fig15_token_rate.png", "fig16_senders.png",
               "fig9_rate_vs_nodes.png", "fig17_rate_over_time.png", "fig19_recovery.png", "fig20_ack_latency.png"):
         assert (tmp_path / f).stat().st_size > 0, f
+    assert not (tmp_path / "fig20_partitions.png").exists()        # one partition count per member count
+    # make repro-qsm-fig20-ring's points: R = 3, 5 at 8 members (2 and 1 partitions), R = 5, 16 at 16 (3 and 1)
+    rings = [dict(base, groups=1, n_senders=1, loss=0.01, token_s=1.0, members=m, R=r, seed=1, dilation=2.0, cpu=0.2)
+             for m, r in ((8, 3), (8, 5), (16, 5), (16, 16))]
+    assert [fp.partitions(r) for r in rings] == [2, 1, 3, 1]
+    fp.fig20_rings(fq.aggregate(rings), tmp_path / "fig20_partitions.png")
+    assert (tmp_path / "fig20_partitions.png").stat().st_size > 0
