@@ -211,11 +211,22 @@ repro-qsm-fig16-budget: setup
 	  --load $(REPRO_OUT)/load.log
 
 # The control for Figure 16's S = 1 point (docs/reproduction-qsm.md): Figure 14's k = 1 point again (the same
-# setting), 3 runs, one at a time, the load logged; about 6 minutes.
+# setting), 3 runs, then the same at the code Figure 14 ran on (441bd68, a git worktree), one at a time, the load
+# logged; about 12 minutes.
 repro-qsm-budget-control: setup
 	$(LOGGED) $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze \
 	  --out $(REPRO_OUT)/qsm-fig14-k1-again
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig14-k1-again --out docs/results/qsm-fig14-k1-again \
+	  --load $(REPRO_OUT)/load.log
+	@# the same point at the code of Figure 14's runs (441bd68), in a worktree, on this checkout's venv
+	rm -rf $(abspath $(REPRO_OUT))/wt-441bd68; git worktree prune
+	git worktree add --detach $(abspath $(REPRO_OUT))/wt-441bd68 441bd68
+	cp orchestrator/shaping/delayline/_cengine*.so $(abspath $(REPRO_OUT))/wt-441bd68/orchestrator/shaping/delayline/
+	cd $(abspath $(REPRO_OUT))/wt-441bd68 && PYTHONPATH=$$PWD:$$PWD/node_image $(CURDIR)/$(PY) -m experiments.busy \
+	  --loops 0 --load-log $(abspath $(REPRO_OUT))/load.log -- $(CURDIR)/$(PY) -m orchestrator.cli sweep \
+	  topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze --out $(abspath $(REPRO_OUT))/qsm-fig14-k1-at-441bd68
+	git worktree remove --force $(abspath $(REPRO_OUT))/wt-441bd68
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig14-k1-at-441bd68 --out docs/results/qsm-fig14-k1-at-441bd68 \
 	  --load $(REPRO_OUT)/load.log
 
 # QSM's Figure 1 (issue 34) at a CPU budget per member: G = 1, 2, 4, 8, 16 groups on the same 25 members, one sender
