@@ -104,9 +104,8 @@ def check_rejoin(sim, who, restart_at=5.0, plan=None):
             cached += 1
         else:
             excused.add(key[(ridx, rseq)])
-    for (o, s), (_, ts) in sent.items():
-        if o in who and s < NEW and not any(k == (o, s) for k in key.values()):
-            excused.add((o, s))                          # reached no survivor at all
+    reached = set(key.values())
+    excused |= {(o, s) for (o, s) in sent if o in who and s < NEW and (o, s) not in reached}   # reached no survivor
     for m in sim.nodes:
         assert len(got[m]) == len(set(got[m])), (plan, m, "a packet delivered twice")
         if m in who:
