@@ -1,7 +1,8 @@
 """`python -m orchestrator.nodeexec LAB NODE ARGV...`: ARGV inside NODE's network namespace on this machine,
 replacing this process: the non-interactive `orchestrator exec` that a controller runs over SSH for each command of
 a probe on a lab over several machines (docs/machines.md). It imports only the lab's state: the CLI's imports took
-0.4-0.9 s each time, and a group probe runs three commands per member (receiver, capture, stop)."""
+0.4 s each time (orchestrator/machinecheck.py's measurement), and a group probe runs three commands per member
+(receiver, capture, stop)."""
 from __future__ import annotations
 
 import os
