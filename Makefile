@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-fig16-budget repro-qsm-fig1-budget repro-qsm-budget-control repro-qsm-fig20-ring repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-fig16-budget repro-qsm-fig1-budget repro-qsm-budget-control repro-host-speed repro-qsm-fig20-ring repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
 setup: system venv docker-engine
 
 system:
@@ -228,6 +228,20 @@ repro-qsm-budget-control: setup
 	git worktree remove --force $(abspath $(REPRO_OUT))/wt-441bd68
 	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig14-k1-at-441bd68 --out docs/results/qsm-fig14-k1-at-441bd68 \
 	  --load $(REPRO_OUT)/load.log
+
+# What a CPU budget's second is worth (docs/virtual-time.md, "What a budget cannot hold"): Figure 14's k = 1 point
+# (one sender at a budget of 0.2 virtual cores, N = 4), 3 runs on a quiet machine, then 3 beside a noisy
+# neighbour (experiments.busy --neighbours 1: a nice-19 process streaming through memory), one at a time, the load
+# and each run's host speed logged; about 12 minutes.
+repro-host-speed: setup
+	$(LOGGED) $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze \
+	  --out $(REPRO_OUT)/host-speed/quiet
+	$(PY) -m experiments.busy --loops 0 --neighbours 1 --load-log $(REPRO_OUT)/load.log -- \
+	  $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze --out $(REPRO_OUT)/host-speed/neighbour
+	@set -e; for c in quiet neighbour; do $(PY) -m analysis.figures_qsm $(REPRO_OUT)/host-speed/$$c \
+	  --out $(REPRO_OUT)/results/host-speed-$$c --load $(REPRO_OUT)/load.log > /dev/null; done
+	$(PY) -m experiments.host_speed_table quiet=$(REPRO_OUT)/results/host-speed-quiet/runs.csv \
+	  neighbour=$(REPRO_OUT)/results/host-speed-neighbour/runs.csv --out docs/results/host-speed
 
 # QSM's Figure 1 (issue 34) at a CPU budget per member: G = 1, 2, 4, 8, 16 groups on the same 25 members, one sender
 # round robin, every member at 0.2 virtual cores (N = 4), sending 2-14 s of 18 s, 3 runs per point, one at a time,

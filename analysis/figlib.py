@@ -97,6 +97,9 @@ def identity(run: RunDir, ctx: dict, load: list[tuple[float, float]] | None = No
                cpu=(m.get("cpu_budget") or {}).get("cpu"))
     if j.get("budget_bound") is not None:       # the CPU budget judges: members that ran at their budget
         row.update(budget_bound=j["budget_bound"], throttled_share_max=j.get("throttled_share_max"))
+    speed = m.get("host_speed") or {}
+    if speed.get("memory") is not None:         # the host's work per CPU-second over the run (hostspeed)
+        row.update(host_speed_memory=speed["memory"], host_speed_compute=speed.get("compute"))
     if load is not None:
         a, b = m.get("started_at"), m.get("ended_at")
         xs = [v for t, v in load if a is not None and b is not None and a <= t <= b]

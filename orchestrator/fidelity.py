@@ -386,7 +386,8 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     one judge was measured and none exceeds, `unjudged` when nothing could be measured. `delayline_cores` and
     `delayline_pkts_per_s` (over the daemon's uptime) tell the next `sweep --parallel` what a point's delay line
     costs, `member_cores_each` (the manifest's `member_cpu`: the member processes' CPU over their lifetime,
-    divided by the members) what its members cost."""
+    divided by the members) what its members cost. `host_speed_memory` and `host_speed_compute`: the manifest's
+    `host_speed` (the machine's work per CPU-second over the run), for the sweep's host-speed judge."""
     from pathlib import Path
 
     d = Path(run_dir)
@@ -451,6 +452,10 @@ def run_judges(run_dir, max_hold_p99_ms: float = MAX_HOLD_P99_MS, max_lag_p99_ms
     out["member_virtual_cores_each"] = (None if out["member_cores_each"] is None
                                         else out["member_cores_each"] * n)
     out["delayline_virtual_cores"] = None if out["delayline_cores"] is None else out["delayline_cores"] * n
+    # The host's work per CPU-second over the run (orchestrator.hostspeed): judged against the sweep's other
+    # points (sweepstate.judge_host_speed), as a single run has nothing to compare it with.
+    speed = manifest.get("host_speed") or {}
+    out["host_speed_memory"], out["host_speed_compute"] = speed.get("memory"), speed.get("compute")
     return out
 
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from orchestrator import fidelity as fid
+from orchestrator import hostspeed
 from orchestrator import lab as labmod
 from orchestrator import signals
 from orchestrator.backends import packing as packmod
@@ -330,6 +333,39 @@ def write_judges(rd: RunDir) -> None:
         rd.log(f"judging the run failed: {exc}")
 
 
+HOST_SPEED_EVERY_S = 5.0
+
+
+def start_host_speed(rd: RunDir) -> subprocess.Popen | None:
+    """The host-speed sampler beside the run (orchestrator.hostspeed): a process on this machine, a sample every
+    HOST_SPEED_EVERY_S into the run directory; it ends with the run (terminated) or with this process."""
+    try:
+        return subprocess.Popen([sys.executable, "-m", "orchestrator.hostspeed", "sample",
+                                 str(rd.path / schema.HOST_SPEED), "--every", str(HOST_SPEED_EVERY_S),
+                                 "--parent", str(os.getpid())],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        rd.log(f"host speed not sampled: {exc}")
+        return None
+
+
+def stop_host_speed(proc: subprocess.Popen | None, rd: RunDir, start_real: float | None,
+                    end_real: float) -> dict | None:
+    """Stop the sampler; the manifest's `host_speed`: the samples taken from the common start to the stop (all of
+    them when the run never started or no sample fell in between)."""
+    if proc is None:
+        return None
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    samples = hostspeed.read_samples(rd.path / schema.HOST_SPEED)
+    during = [x for x in samples if start_real is not None and start_real <= x.get("ts", 0) <= end_real]
+    return hostspeed.summarise(during or samples)
+
+
 def make_driver(backend: Backend, ctx: RunContext, decision: packmod.PackingDecision) -> NodeDriver:
     if decision.packed and not backend.packs_remotely:     # a machine's agent packs its own members
         return packmod.PackedDriver(backend, ctx, decision)
@@ -499,6 +535,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
                                "node_image": f"{state.backend_data['image']} {state.backend_data.get('image_id', '')}"}
     driver = make_driver(backend, RunContext(exp, plan, state, rd, p.ctl_dir, first, progress, clock), p.packing)
     runner = Runner(p.timeline, driver, rd, progress, dilation=clock.dilation)
+    sampler, start_real = None, None
     try:
         # 3. The members' configs as their nodes will read them (a driver that runs a node elsewhere, in a
         #    container or on a host, says where its files are), written once; fidelity probe, captures, nodes.
@@ -519,6 +556,8 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
             running["shaping_parameters"] = fsum["parameters"]
         driver.prepare()
         running.update(driver.manifest_fields())
+        if backend.members_here:
+            sampler = start_host_speed(rd)
         rd.log(f"{driver.start_captures()} captures running")
         driver.start_nodes(first)
         # The first members wait for a common start (their configs say wait_for_start): on a busy machine
@@ -542,6 +581,7 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         rd.write_manifest(status=schema.RUNNING, t0_unix=clock.to_virtual(start_unix), t0_real_unix=start_unix,
                           **running)
         runner.sleep(max(0.0, t0 - runner.clock()))
+        start_real = time.time()
         driver.mark_start()
         rd.record({"event": "run_started", "members": first, "duration_s": exp.duration_s})
         runner.execute(t0, exp.duration_s)
@@ -560,8 +600,12 @@ def _run(experiment_path: str | Path, opts: RunOptions, progress: Progress, vari
         with signals.shielded() as late:
             _note(progress, f"stopping ({runner.stopped_reason}) and collecting ...")
             rd.log(f"stopping: {runner.stopped_reason}")
+            end_real = time.time()
             report = driver.stop()
             rd.record({"event": "run_stopped", "reason": runner.stopped_reason})
+            speed = stop_host_speed(sampler, rd, start_real, end_real)
+            if speed:
+                running["host_speed"] = speed
             done = {k: v for k, v in running.items() if k not in rd.manifest}   # an early failure: what was learned
             rd.write_manifest(status=runner.stopped_reason, ended_at=time.time(),
                               schedule=runner.schedule_summary(), captures=report.captures, **done,

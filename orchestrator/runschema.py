@@ -8,6 +8,7 @@ MANIFEST = "manifest.json"
 PLAN = "plan.json"                       # the network plan, as planned (what a backend learned: manifest `realised`)
 FIDELITY = "fidelity.json"               # the fidelity probe (`orchestrator probe --json`)
 JUDGES = "judges.json"                   # the fidelity judges, written when the run ends (orchestrator.fidelity)
+HOST_SPEED = "hostspeed.jsonl"           # the host's work per CPU-second over the run (orchestrator.hostspeed)
 LOG = "orchestrator.log"
 CONFIGS = "configs"                      # <member>.json: each member's node config, as the node read it
 EVENTS = "events"                        # <member>.jsonl: each member's event log; orchestrator.jsonl
@@ -52,6 +53,7 @@ MANIFEST_KEYS = {
     "schedule": "the schedule's operations applied, lag median and max (virtual ms)",
     "captures": "per capture: node, interface, file, packets captured, kernel drops",
     "member_cpu": "the member processes' CPU (lifetime, and run_* from the common start)",
+    "host_speed": "the machine's work per CPU-second over the run (orchestrator.hostspeed; local backends)",
     "clock_offsets_s": "hosts, machines: each node's clock minus the controller's",
     "clock": "hosts, machines: how they were measured",
     "machines": "machines: the shards, the cut links, which machines stopped, their clock offsets at the end",

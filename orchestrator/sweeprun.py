@@ -37,7 +37,8 @@ from orchestrator.spec import parse_document, parse_experiment, read_input
 from orchestrator.sweepchild import _run_parallel
 from orchestrator.sweepfit import check_fit, measured, measured_cpu
 from orchestrator.sweepstate import (INDEX, LOCAL_BACKENDS, SweepOptions, _begin, _finish, _Index,
-                                     _interrupts_as_keyboardinterrupt, _leave_nothing, is_finished)
+                                     _interrupts_as_keyboardinterrupt, _leave_nothing, is_finished,
+                                     judge_host_speed)
 from orchestrator.sweepstate import PointCallback
 from orchestrator.units import parse_time
 
@@ -143,6 +144,9 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
         _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, skipped, len(points), where)
     else:
         _run_sequential(todo, prepared, root, index, opts, progress, on_point, skipped, len(points))
+    for pid in judge_host_speed(index.data["points"]):
+        progress.note(f"WARNING point {pid}: unfaithful ({index.data['points'][pid]['fidelity']['host_speed_reason']})")
+    index.save()
     return index.data
 
 

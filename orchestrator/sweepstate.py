@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator import fidelity as fid
+from orchestrator import hostspeed
 from orchestrator import sweep as sw
 from orchestrator.backends.base import Progress
 from orchestrator.timebase import Measured
@@ -115,6 +116,26 @@ def judge(entry: dict, run_dir: Path, opts: SweepOptions) -> None:
     j = fid.run_judges(run_dir, opts.max_hold_p99_ms, opts.max_lag_p99_ms)
     entry["fidelity"] = j
     entry["unfaithful"] = j["verdict"] == "unfaithful"
+
+
+def judge_host_speed(points: dict) -> list[str]:
+    """The sweep's host-speed judge (pure, over sweep.json's entries; idempotent): a finished point whose run's
+    memory speed (its `fidelity.host_speed_memory`, orchestrator.hostspeed) is below MIN_SPEED_SHARE of the best of
+    the sweep's finished points did its work on a slower machine: `fidelity.host_speed_reason` says so and the
+    point is `unfaithful` (`--rerun-unfaithful` runs it again). Returns the points it newly flagged."""
+    done = {pid: e for pid, e in points.items() if e.get("status") == FINISHED and e.get("fidelity")}
+    speeds = [e["fidelity"].get("host_speed_memory") for e in done.values()]
+    best = max((v for v in speeds if isinstance(v, (int, float))), default=None)
+    flagged = []
+    for pid, e in done.items():
+        f = e["fidelity"]
+        reason = hostspeed.slower_than(f.get("host_speed_memory"), best)
+        f["host_speed_best"], f["host_speed_reason"] = best, reason
+        unfaithful = f.get("verdict") == "unfaithful" or reason is not None
+        if unfaithful and not e.get("unfaithful"):
+            flagged.append(pid)
+        e["unfaithful"] = unfaithful
+    return flagged
 
 
 def _interrupts_as_keyboardinterrupt():

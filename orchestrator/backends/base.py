@@ -232,6 +232,7 @@ class Backend(ABC):
     enforces_cpu: ClassVar[bool] = True         # its driver enforces `nodes.cpu` (cgroups, Docker's CPU quota)
     routes_groups: ClassVar[bool] = True        # it builds multicast groups' routes (real hosts' network does not)
     packs_remotely: ClassVar[bool] = False      # its driver packs members itself, where they run (machines' agents)
+    members_here: ClassVar[bool] = True         # the members run on this machine (its host speed is theirs)
 
     @abstractmethod
     def up(self, plan: NetworkPlan, state: LabState, progress: Progress) -> None:

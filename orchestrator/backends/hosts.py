@@ -37,6 +37,7 @@ class HostsBackend(Backend):
     routes_groups = False           # the hosts' own network would have to route a group
     remote_shaping = True       # lab.up: the hosts probe their own kernels (in `up`), not this machine's
     fidelity_probe = False      # no popen in a member: the links are the real network
+    members_here = False            # no host-speed sampling here: the members run on the hosts
     state_survives_reboot = True    # a reboot of this machine leaves the hosts' qdiscs and processes running
     driver_class = HostsDriver
 

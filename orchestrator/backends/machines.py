@@ -46,6 +46,7 @@ class MachinesBackend(Backend):
     fidelity_probe = True           # popen in a node: over SSH to its machine; cut links held to formula + underlay
     state_survives_reboot = True    # the machines keep their parts when this one reboots
     packs_remotely = True           # each machine's agent decides `nodes.packing` for its members (docs/machines.md)
+    members_here = False            # no host-speed sampling here: the members run on the machines
     driver_class = MachinesDriver
 
     def __init__(self, inventory: str | Path | None = None, known_hosts: str | Path | None = None,

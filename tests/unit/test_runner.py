@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -171,6 +172,15 @@ def test_run_on_the_fake_backend_writes_a_complete_run_directory(tmp_path, monke
     events = [json.loads(x)["event"] for x in (run_dir / "events" / "orchestrator.jsonl").read_text().splitlines()]
     assert events[0] == "run_started" and events[-1] == "run_stopped" and events.count("action_applied") == 8
     assert labmod.list_labs() == []                          # torn down
+    # the host-speed sampler ran beside it (its file) and did not outlive it
+    samplers = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if str(run_dir) in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                samplers.append(proc.name)
+        except OSError:
+            continue
+    assert samplers == []
 
 
 def test_an_unsupported_action_is_one_error_before_anything_is_built(tmp_path, monkeypatch):

@@ -1,0 +1,112 @@
+"""What a CPU budget's second was worth (`make repro-host-speed`, docs/virtual-time.md "What a budget cannot
+hold"): budgeted QSM runs (Figure 14's k = 1 point: one sender at its budget) under labelled conditions, one row
+per run with what its CPU time bought.
+
+Per run, from the analysis's runs.csv (analysis.figures_qsm: throughput, messages, verdict, the host speed) and
+the run's manifest (`cpu_budget`: each member process's CPU over the run, from its cgroup):
+
+- `sent_per_s`: the sender's messages per virtual second; `messages`: QSM messages sent;
+- `sender_cpu_s`, `receiver_cpu_s`: the sender's CPU over the run, the receivers' mean (real seconds);
+- `sender_us_per_msg`, `receiver_us_per_msg`: CPU per message, µs (the sender's: what its budget bought);
+- `sender_cpu_per_slice_us`: the sender's CPU per time it ran (scheduler timeslices);
+- `throttled_share`: the share of the sender's CFS periods in which it was throttled (at its budget);
+- `host_speed_memory`, `host_speed_compute`: the machine's work per CPU-second over the run
+  (orchestrator.hostspeed; empty for runs from before it was sampled).
+
+    python -m experiments.host_speed_table LABEL=RUNS.CSV ... [--only COL=VALUE] --out DIR
+writes DIR/runs.csv and DIR/table.md (mean ± 95 % CI per condition). A run whose directory is not on this machine
+keeps its row, excluded with that reason.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from analysis.figlib import Col, aggregate, md_table, write_csv
+
+VALUES = ("sent_per_s", "sender_us_per_msg", "receiver_us_per_msg", "sender_cpu_per_slice_us", "throttled_share",
+          "host_speed_memory", "host_speed_compute")
+
+LABELS = {"sent_per_s": "sent/s", "sender_us_per_msg": "sender µs/msg", "receiver_us_per_msg": "receiver µs/msg",
+          "sender_cpu_per_slice_us": "sender µs/run", "throttled_share": "sender throttled",
+          "host_speed_memory": "host speed: memory", "host_speed_compute": "host speed: compute"}
+
+
+def run_row(row: dict[str, str], manifest: dict[str, Any], sender: str = "h0") -> dict[str, Any]:
+    """One run's row (pure): the runs.csv row's numbers and the manifest's per-process CPU."""
+    def num(k):
+        try:
+            return float(row[k]) if row.get(k) not in (None, "") else None
+        except ValueError:
+            return None
+    units = (manifest.get("cpu_budget") or {}).get("units") or {}
+    s = (units.get(sender) or {}).get("run") or {}
+    others = [(u.get("run") or {}).get("usage_s") for name, u in units.items() if name != sender]
+    others = [x for x in others if isinstance(x, (int, float))]
+    msgs = num("data_messages")
+    out: dict[str, Any] = {
+        "run": row.get("run"), "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime(manifest["started_at"]))
+        if isinstance(manifest.get("started_at"), (int, float)) else None,
+        "dilation": num("dilation"), "seed": row.get("seed"),
+        "verdict": row.get("verdict"), "excluded": row.get("excluded") or None,
+        "sent_per_s": num("throughput"), "messages": msgs,
+        "sender_cpu_s": s.get("usage_s"), "receiver_cpu_s": sum(others) / len(others) if others else None,
+        "host_speed_memory": num("host_speed_memory"), "host_speed_compute": num("host_speed_compute")}
+    ok = isinstance(s.get("usage_s"), (int, float)) and msgs
+    out["sender_us_per_msg"] = s["usage_s"] / msgs * 1e6 if ok else None
+    out["receiver_us_per_msg"] = out["receiver_cpu_s"] / msgs * 1e6 if msgs and out["receiver_cpu_s"] else None
+    out["sender_cpu_per_slice_us"] = (s["usage_s"] / s["timeslices"] * 1e6
+                                      if ok and s.get("timeslices") else None)
+    out["throttled_share"] = s["nr_throttled"] / s["nr_periods"] if s.get("nr_periods") else None
+    return out
+
+
+def collect(labelled: list[tuple[str, Path]], only: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for label, runs_csv in labelled:
+        with runs_csv.open() as f:
+            for row in csv.DictReader(f):
+                if any(k in row and row[k] != v for k, v in (only or {}).items()):
+                    continue
+                m_path = Path(row["run_dir"]) / "manifest.json"
+                manifest = json.loads(m_path.read_text()) if m_path.exists() else {}
+                r = run_row(row, manifest)
+                if not manifest:
+                    r["excluded"] = r["excluded"] or "run directory not on this machine"
+                rows.append({"condition": label, **r})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.host_speed_table")
+    ap.add_argument("inputs", nargs="+", help="LABEL=RUNS.CSV (an analysis.figures_qsm runs.csv)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--only", action="append", default=[], metavar="COL=VALUE",
+                    help="keep the rows whose COL is VALUE (rows without COL are kept)")
+    a = ap.parse_args(argv)
+    only = dict(x.partition("=")[::2] for x in a.only)
+    labelled = []
+    for item in a.inputs:
+        label, sep, path = item.partition("=")
+        if not sep:
+            ap.error(f"{item!r}: expected LABEL=RUNS.CSV")
+        labelled.append((label, Path(path)))
+    rows = collect(labelled, only)
+    a.out.mkdir(parents=True, exist_ok=True)
+    write_csv(a.out / "runs.csv", rows)
+    kept = [r for r in rows if not r["excluded"]]
+    agg = aggregate(kept, ("condition",), VALUES)
+    order = [label for label, _ in labelled]
+    agg.sort(key=lambda r: order.index(r["condition"]))
+    cols = [Col("condition"), Col("runs"), Col("excluded")] + [Col(v, LABELS.get(v), ci=True) for v in VALUES]
+    (a.out / "table.md").write_text(md_table(agg, cols))
+    print((a.out / "table.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
