@@ -230,18 +230,20 @@ repro-qsm-budget-control: setup
 	  --load $(REPRO_OUT)/load.log
 
 # What a CPU budget's second is worth (docs/virtual-time.md, "What a budget cannot hold"): Figure 14's k = 1 point
-# (one sender at a budget of 0.2 virtual cores, N = 4), 3 runs on a quiet machine, then 3 beside a noisy
-# neighbour (experiments.busy --neighbours 1: a nice-19 process streaming through memory), one at a time, the load
-# and each run's host speed logged; about 12 minutes.
+# (one sender at a budget of 0.2 virtual cores, N = 4), 3 runs on a quiet machine, then 3 beside one and 3 beside two
+# noisy neighbours (experiments.busy --neighbours K: nice-19 processes streaming through memory), one at a time,
+# the load and each run's host speed logged; about 15 minutes. Resumable.
 repro-host-speed: setup
 	$(LOGGED) $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze \
 	  --out $(REPRO_OUT)/host-speed/quiet
-	$(PY) -m experiments.busy --loops 0 --neighbours 1 --load-log $(REPRO_OUT)/load.log -- \
-	  $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze --out $(REPRO_OUT)/host-speed/neighbour
-	@set -e; for c in quiet neighbour; do $(PY) -m analysis.figures_qsm $(REPRO_OUT)/host-speed/$$c \
+	@set -e; for k in 1 2; do $(PY) -m experiments.busy --loops 0 --neighbours $$k --load-log $(REPRO_OUT)/load.log -- \
+	  $(ORCH) sweep topologies/qsm-fig14-sweep.yaml --only regions=1 --no-analyze \
+	  --out $(REPRO_OUT)/host-speed/neighbours-$$k; done
+	@set -e; for c in quiet neighbours-1 neighbours-2; do $(PY) -m analysis.figures_qsm $(REPRO_OUT)/host-speed/$$c \
 	  --out $(REPRO_OUT)/results/host-speed-$$c --load $(REPRO_OUT)/load.log > /dev/null; done
 	$(PY) -m experiments.host_speed_table quiet=$(REPRO_OUT)/results/host-speed-quiet/runs.csv \
-	  neighbour=$(REPRO_OUT)/results/host-speed-neighbour/runs.csv --out docs/results/host-speed
+	  "one neighbour=$(REPRO_OUT)/results/host-speed-neighbours-1/runs.csv" \
+	  "two neighbours=$(REPRO_OUT)/results/host-speed-neighbours-2/runs.csv" --out docs/results/host-speed
 
 # QSM's Figure 1 (issue 34) at a CPU budget per member: G = 1, 2, 4, 8, 16 groups on the same 25 members, one sender
 # round robin, every member at 0.2 virtual cores (N = 4), sending 2-14 s of 18 s, 3 runs per point, one at a time,

@@ -10,6 +10,7 @@ the run's manifest (`cpu_budget`: each member process's CPU over the run, from i
 - `sender_us_per_msg`, `receiver_us_per_msg`: CPU per message, µs (the sender's: what its budget bought);
 - `sender_cpu_per_slice_us`: the sender's CPU per time it ran (scheduler timeslices);
 - `throttled_share`: the share of the sender's CFS periods in which it was throttled (at its budget);
+- `delayline_us_per_pkt`: the delay line's CPU per packet it held, µs (judges.json; it has no budget);
 - `host_speed_memory`, `host_speed_compute`: the machine's work per CPU-second over the run
   (orchestrator.hostspeed; empty for runs from before it was sampled).
 
@@ -29,15 +30,19 @@ from typing import Any
 from analysis.figlib import Col, aggregate, md_table, write_csv
 
 VALUES = ("sent_per_s", "sender_us_per_msg", "receiver_us_per_msg", "sender_cpu_per_slice_us", "throttled_share",
+          "delayline_us_per_pkt",
           "host_speed_memory", "host_speed_compute")
 
 LABELS = {"sent_per_s": "sent/s", "sender_us_per_msg": "sender µs/msg", "receiver_us_per_msg": "receiver µs/msg",
           "sender_cpu_per_slice_us": "sender µs/run", "throttled_share": "sender throttled",
+          "delayline_us_per_pkt": "delay line µs/packet",
           "host_speed_memory": "host speed: memory", "host_speed_compute": "host speed: compute"}
 
 
-def run_row(row: dict[str, str], manifest: dict[str, Any], sender: str = "h0") -> dict[str, Any]:
-    """One run's row (pure): the runs.csv row's numbers and the manifest's per-process CPU."""
+def run_row(row: dict[str, str], manifest: dict[str, Any], judges: dict[str, Any] | None = None,
+            sender: str = "h0") -> dict[str, Any]:
+    """One run's row (pure): the runs.csv row's numbers, the manifest's per-process CPU and the judges' delay
+    line CPU."""
     def num(k):
         try:
             return float(row[k]) if row.get(k) not in (None, "") else None
@@ -62,6 +67,9 @@ def run_row(row: dict[str, str], manifest: dict[str, Any], sender: str = "h0") -
     out["sender_cpu_per_slice_us"] = (s["usage_s"] / s["timeslices"] * 1e6
                                       if ok and s.get("timeslices") else None)
     out["throttled_share"] = s["nr_throttled"] / s["nr_periods"] if s.get("nr_periods") else None
+    j = judges or {}
+    dl, pkts = j.get("delayline_cores"), j.get("delayline_pkts_per_s")
+    out["delayline_us_per_pkt"] = dl / pkts * 1e6 if isinstance(dl, (int, float)) and pkts else None
     return out
 
 
@@ -74,7 +82,8 @@ def collect(labelled: list[tuple[str, Path]], only: dict[str, str] | None = None
                     continue
                 m_path = Path(row["run_dir"]) / "manifest.json"
                 manifest = json.loads(m_path.read_text()) if m_path.exists() else {}
-                r = run_row(row, manifest)
+                j_path = Path(row["run_dir"]) / "judges.json"
+                r = run_row(row, manifest, json.loads(j_path.read_text()) if j_path.exists() else None)
                 if not manifest:
                     r["excluded"] = r["excluded"] or "run directory not on this machine"
                 rows.append({"condition": label, **r})

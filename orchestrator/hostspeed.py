@@ -37,7 +37,8 @@ from pathlib import Path
 REPS = 5
 TABLE_ENTRIES = 1 << 18
 LOOKUPS = 20_000
-#: a run whose median memory speed is below this share of its sweep's best is judged unfaithful (sweepstate)
+#: a run whose median memory speed is below this share of the best repetition of its sweep point is judged
+#: unfaithful (sweepstate.judge_host_speed)
 MIN_SPEED_SHARE = 0.8
 
 _table: dict | None = None
@@ -120,7 +121,7 @@ def slower_than(speed: float | None, best: float | None, share: float = MIN_SPEE
     if not isinstance(speed, (int, float)) or not isinstance(best, (int, float)) or best <= 0:
         return None
     if speed < share * best:
-        return (f"the host was slower: memory speed {speed:.0f} < {share:.0%} of the sweep's best {best:.0f} "
+        return (f"the host was slower: memory speed {speed:.0f} < {share:.0%} of the best repetition's {best:.0f} "
                 f"(a CPU-second did less work; docs/virtual-time.md)")
     return None
 

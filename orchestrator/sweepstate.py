@@ -120,17 +120,22 @@ def judge(entry: dict, run_dir: Path, opts: SweepOptions) -> None:
 
 def judge_host_speed(points: dict) -> list[str]:
     """The sweep's host-speed judge (pure, over sweep.json's entries; idempotent): a finished point whose run's
-    memory speed (its `fidelity.host_speed_memory`, orchestrator.hostspeed) is below MIN_SPEED_SHARE of the best of
-    the sweep's finished points did its work on a slower machine: `fidelity.host_speed_reason` says so and the
-    point is `unfaithful` (`--rerun-unfaithful` runs it again). Returns the points it newly flagged."""
+    memory speed (its `fidelity.host_speed_memory`, orchestrator.hostspeed) is below MIN_SPEED_SHARE of the best
+    repetition of the same coordinates did its work on a slower machine: `fidelity.host_speed_reason` says so and
+    the point is `unfaithful` (`--rerun-unfaithful` runs it again). Only repetitions are compared: the lab's own
+    processes take cache from the sampler too, so points with more work measure lower. Returns the points it newly
+    flagged."""
     done = {pid: e for pid, e in points.items() if e.get("status") == FINISHED and e.get("fidelity")}
-    speeds = [e["fidelity"].get("host_speed_memory") for e in done.values()]
-    best = max((v for v in speeds if isinstance(v, (int, float))), default=None)
+    best: dict[str, float] = {}
+    for e in done.values():
+        v, key = e["fidelity"].get("host_speed_memory"), json.dumps(e.get("coords") or {}, sort_keys=True)
+        if isinstance(v, (int, float)):
+            best[key] = max(best.get(key, v), v)
     flagged = []
     for pid, e in done.items():
-        f = e["fidelity"]
-        reason = hostspeed.slower_than(f.get("host_speed_memory"), best)
-        f["host_speed_best"], f["host_speed_reason"] = best, reason
+        f, key = e["fidelity"], json.dumps(e.get("coords") or {}, sort_keys=True)
+        reason = hostspeed.slower_than(f.get("host_speed_memory"), best.get(key))
+        f["host_speed_best"], f["host_speed_reason"] = best.get(key), reason
         unfaithful = f.get("verdict") == "unfaithful" or reason is not None
         if unfaithful and not e.get("unfaithful"):
             flagged.append(pid)
