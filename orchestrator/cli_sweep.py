@@ -114,8 +114,8 @@ def sweep(
 ) -> None:
     """Run every point of a sweep (the axes' cartesian product x repetitions), one run directory per point;
     resumable: finished points are skipped. --parallel K runs K points at once when they fit the machine; every
-    point's fidelity judges (delay-line hold error, timer lag) are recorded, unfaithful points flagged
-    (docs/sweeps.md). Prints the sweep directory."""
+    point's fidelity judges (delay-line hold error, timer lag, CPU wait; the host's speed against the point's other
+    repetitions) are recorded, unfaithful points flagged (docs/sweeps.md). Prints the sweep directory."""
     from orchestrator.sweeprun import SweepOptions, run_sweep
 
     if engine not in ("spark", "events"):
@@ -155,18 +155,21 @@ def _ms(v) -> str:
 
 
 def points_table(data: dict) -> Table:
-    """The selected points: status and fidelity judges (hold error and timer lag p99, verdict)."""
+    """The selected points: status and fidelity judges (hold error and timer lag p99, CPU wait, the host's memory
+    speed, verdict: `unfaithful (host)` when only the sweep's host-speed judge flagged it)."""
     table = Table(Column("point", no_wrap=True), "status", "N", "hold p99 (ms)", "lag p99 (ms)", "CPU wait (ms)",
-                  "fidelity", title="sweep points")
+                  "host speed", "fidelity", title="sweep points")
     for pid in data.get("selected") or []:
         e = data["points"].get(pid, {})
         j = e.get("fidelity") or {}
         verdict = j.get("verdict") or "-"
-        wait = j.get("cpu_wait_ms")
+        if verdict != "unfaithful" and j.get("host_speed_reason"):
+            verdict = "unfaithful (host)"
+        wait, speed = j.get("cpu_wait_ms"), j.get("host_speed_memory")
         table.add_row(pid, e.get("status") or "-", f"{j['dilation']:g}" if j.get("dilation") else "-",
                       _ms(j.get("hold_p99_ms")), _ms(j.get("lag_p99_ms")),
-                      _ms(wait),
-                      f"[red]{verdict}[/]" if verdict == "unfaithful" else verdict)
+                      _ms(wait), "-" if speed is None else f"{speed:.0f}",
+                      f"[red]{verdict}[/]" if verdict.startswith("unfaithful") else verdict)
     return table
 
 

@@ -121,3 +121,17 @@ def test_a_sweep_without_host_speeds_flags_nothing(speeds):
     points = {str(i): _entry(v) for i, v in enumerate(speeds)}
     assert judge_host_speed(points) == []
     assert not any(e["unfaithful"] for e in points.values())
+
+
+def test_the_sweep_table_shows_the_host_speed_and_a_host_flag():
+    from rich.console import Console
+
+    from orchestrator.cli_sweep import points_table
+    points = {"a": _entry(360), "b": _entry(150)}
+    judge_host_speed(points)
+    console = Console(record=True, width=200)
+    console.print(points_table({"selected": ["a", "b"], "points": points}))
+    text = console.export_text()
+    row_a, row_b = (next(line for line in text.splitlines() if f" {p} " in line) for p in "ab")
+    assert "360" in row_a and "faithful" in row_a and "unfaithful" not in row_a
+    assert "150" in row_b and "unfaithful (host)" in row_b
