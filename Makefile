@@ -12,7 +12,7 @@ NETEM_VM ?= $(firstword $(wildcard ../shared/tools/run-in-netem-vm.sh /work/shar
 # The hosts backend's tests build SSH hosts (sshd in namespaces, a sudo user); its Python deps come with the venv.
 HOSTS_APT_PKGS := openssh-server openssh-client sudo
 
-.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-fig16-budget repro-qsm-fig1-budget repro-qsm-budget-control repro-host-speed repro-qsm-fig20-ring repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
+.PHONY: setup system venv engine docker-engine image test test-unit test-netem demo bench clean-labs repro-hyparview repro-pbcast repro-qsm repro-qsm-sim repro-qsm-crash repro-qsm-fig14 repro-qsm-fig16-budget repro-qsm-fig1-budget repro-qsm-budget-control repro-host-speed repro-qsm-fig20-ring repro-qsm-small repro-qsm-fig19-20 repro-gsgc repro-virtual-time repro-budgets repro-qsm-fig9-budget repro-netem repro-netem-isolate vt-transparency vt-probe vt-budget vt-load vt-undilated vt-tables repro-machines
 setup: system venv docker-engine
 
 system:
@@ -402,10 +402,15 @@ vt-tables: setup
 # dilation 4 (its members' start-up burst, not their load, needs the time: 47 ms start lag p99 at N = 1, 200 members
 # packed 20 per process). Resumable; many hours on 2 cores.
 BUDGET := --axis nodes.cpu=1.0 --dilation auto --no-analyze
-repro-budgets: setup
-	$(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=2,4,8,16,32,48,71 --axis workload.stop=12s \
-	  --axis duration=18s $(BUDGET) --out $(REPRO_OUT)/qsm-fig9-budget
-	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9-budget --out docs/results/qsm-fig9-budget
+# QSM Figure 9 alone: FIG9_NODES (a run of n members at one core each lasts about n / 1.5 x 18 s: N = auto), 3
+# repetitions, one at a time, the load logged; 2-32 members take about 50 minutes, 48 and 71 about 2 hours more.
+FIG9_NODES ?= 2,4,8,16,32,48,71
+repro-qsm-fig9-budget: setup
+	$(LOGGED) $(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=$(FIG9_NODES) \
+	  --axis workload.stop=12s --axis duration=18s $(BUDGET) --out $(REPRO_OUT)/qsm-fig9-budget
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9-budget --out docs/results/qsm-fig9-budget \
+	  --load $(REPRO_OUT)/load.log
+repro-budgets: repro-qsm-fig9-budget
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \
 	  --axis duration=90s --axis nodes.packing=20 --repetitions 5 --dilation 4 $(GSGC_SWEEP) --parallel 3 \
 	  --out $(REPRO_OUT)/gsgc-fig6-b3-n4

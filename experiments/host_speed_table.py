@@ -15,7 +15,8 @@ the run's manifest (`cpu_budget`: each member process's CPU over the run, from i
   (orchestrator.hostspeed; empty for runs from before it was sampled).
 
     python -m experiments.host_speed_table LABEL=RUNS.CSV ... [--only COL=VALUE] --out DIR
-writes DIR/runs.csv and DIR/table.md (mean ± 95 % CI per condition). A run whose directory is not on this machine
+writes DIR/runs.csv, DIR/table.md (mean ± 95 % CI per condition) and DIR/cpu_per_message.png;
+`python -m experiments.host_speed_table tables DIR` redraws the table and the figure from DIR/runs.csv alone. A run whose directory is not on this machine
 keeps its row, excluded with that reason.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.figlib import Col, aggregate, md_table, write_csv
+from analysis.figlib import Col, aggregate, md_table, pyplot, save, write_csv
 
 VALUES = ("sent_per_s", "sender_us_per_msg", "receiver_us_per_msg", "sender_cpu_per_slice_us", "throttled_share",
           "delayline_us_per_pkt",
@@ -90,7 +91,64 @@ def collect(labelled: list[tuple[str, Path]], only: dict[str, str] | None = None
     return rows
 
 
+def figure(rows: list[dict[str, Any]], order: list[str], path: Path) -> Path:
+    """Left: the sender's CPU per message, every run, per condition; right: the same against the host's memory
+    speed over the run (runs that sampled it)."""
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    kept = [r for r in rows if not r["excluded"] and r["sender_us_per_msg"] is not None]
+    for i, c in enumerate(order):
+        ys = [r["sender_us_per_msg"] for r in kept if r["condition"] == c]
+        a.scatter([i] * len(ys), ys, s=28)
+        xs = [(r["host_speed_memory"], r["sender_us_per_msg"]) for r in kept
+              if r["condition"] == c and r["host_speed_memory"] is not None]
+        if xs:
+            b.scatter(*zip(*xs), s=28, label=c)
+    a.set_xticks(range(len(order)), order, rotation=15, fontsize=8)
+    a.set_ylabel("sender CPU per message (µs)")
+    a.set_ylim(bottom=0)
+    b.set_xlabel("host speed over the run: memory (work units per CPU-second)")
+    b.set_ylabel("sender CPU per message (µs)")
+    b.set_ylim(bottom=0)
+    if b.get_legend_handles_labels()[0]:
+        b.legend(fontsize=8)
+    else:                               # no run sampled the host's speed (runs from before the sampler)
+        b.set_visible(False)
+    return save(fig, path, title="What a budgeted CPU-second bought (QSM Figure 14, k = 1, 0.2 virtual cores per member)")
+
+
+def render(rows: list[dict[str, Any]], order: list[str], out: Path) -> str:
+    """table.md and the figure from the rows (runs.csv's); returns the table."""
+    kept = [r for r in rows if not r["excluded"]]
+    agg = aggregate(kept, ("condition",), VALUES)
+    agg.sort(key=lambda r: order.index(r["condition"]))
+    cols = [Col("condition"), Col("runs"), Col("excluded")] + [Col(v, LABELS.get(v), ci=True) for v in VALUES]
+    (out / "table.md").write_text(md_table(agg, cols))
+    figure(rows, order, out / "cpu_per_message.png")
+    return (out / "table.md").read_text()
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """runs.csv back into rows (numbers as floats, empty cells as None)."""
+    def value(k, v):
+        if v == "":
+            return None
+        if k in VALUES or k in ("messages", "sender_cpu_s", "receiver_cpu_s", "dilation"):
+            return float(v)
+        return v
+    with path.open() as f:
+        return [{k: value(k, v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        import sys
+        argv = sys.argv[1:]
+    if argv[:1] == ["tables"]:          # redraw from a committed runs.csv alone
+        out = Path(argv[1])
+        rows = read_rows(out / "runs.csv")
+        print(render(rows, list(dict.fromkeys(r["condition"] for r in rows)), out))
+        return 0
     ap = argparse.ArgumentParser(prog="python -m experiments.host_speed_table")
     ap.add_argument("inputs", nargs="+", help="LABEL=RUNS.CSV (an analysis.figures_qsm runs.csv)")
     ap.add_argument("--out", type=Path, required=True)
@@ -107,13 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = collect(labelled, only)
     a.out.mkdir(parents=True, exist_ok=True)
     write_csv(a.out / "runs.csv", rows)
-    kept = [r for r in rows if not r["excluded"]]
-    agg = aggregate(kept, ("condition",), VALUES)
-    order = [label for label, _ in labelled]
-    agg.sort(key=lambda r: order.index(r["condition"]))
-    cols = [Col("condition"), Col("runs"), Col("excluded")] + [Col(v, LABELS.get(v), ci=True) for v in VALUES]
-    (a.out / "table.md").write_text(md_table(agg, cols))
-    print((a.out / "table.md").read_text())
+    print(render(rows, [label for label, _ in labelled], a.out))
     return 0
 
 
