@@ -66,6 +66,15 @@ def budget_row(b: dict | None, j: dict | None) -> str:
     return out
 
 
+def host_speed_row(speed: dict | None) -> str:
+    """The manifest's `host_speed` (orchestrator.hostspeed): what a CPU-second of the machine did over the run."""
+    if not speed:
+        return "not sampled (a run from before the sampler, or members on other machines)"
+    return (f"memory {fmt(speed.get('memory'))} (min {fmt(speed.get('memory_min'))}), compute "
+            f"{fmt(speed.get('compute'))} work units per CPU-second over {speed.get('samples')} samples "
+            f"(this machine's units: compare with repetitions of this run, docs/virtual-time.md)")
+
+
 def run_report(res: RunResult) -> tuple[Path, Path]:
     run, s, m, plugin = res.run, res.summary, res.run.manifest, res.plugin
     spec = m.get("spec") or {}
@@ -88,6 +97,7 @@ def run_report(res: RunResult) -> tuple[Path, Path]:
          f"{fmt(fid.get('max_abs_error_ms'))} ms, {fid.get('received')}/{fid.get('sent')}"],
         ["fidelity judges", judges_row(run.judges)],
         ["CPU budget", budget_row(m.get("cpu_budget"), run.judges)],
+        ["host speed", host_speed_row(m.get("host_speed"))],
     ]))
 
     doc.add(Heading(1, "Warnings"))

@@ -66,3 +66,10 @@ def test_markdown_and_html_say_the_same(tmp_path):
                                          (0.00042, "0.00042"), (True, "yes"), ([1, 2.5], "1, 2.5"), ("s", "s")])
 def test_cell_format(value, text):
     assert fmt(value) == text
+
+
+def test_the_reports_host_speed_row_says_what_was_sampled_or_why_not():
+    from analysis.report import host_speed_row
+    row = host_speed_row({"samples": 12, "memory": 110.4, "memory_min": 88.3, "compute": 1596.0})
+    assert "memory 110.4 (min 88.3)" in row and "1596" in row and "12 samples" in row
+    assert host_speed_row(None).startswith("not sampled")
