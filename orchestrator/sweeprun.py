@@ -140,13 +140,16 @@ def run_points(base: dict, points: list[sw.Point], root: Path, header: dict, opt
         fits = check_fit(prepared, todo, opts.parallel, index.data.get("points", {}))
         if on_point:
             on_point(skipped, len(points), sw.eta([], len(todo), guess), "", fits.message())
-    if opts.parallel > 1:
-        _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, skipped, len(points), where)
-    else:
-        _run_sequential(todo, prepared, root, index, opts, progress, on_point, skipped, len(points))
-    for pid in judge_host_speed(index.data["points"]):
-        progress.note(f"WARNING point {pid}: unfaithful ({index.data['points'][pid]['fidelity']['host_speed_reason']})")
-    index.save()
+    try:
+        if opts.parallel > 1:
+            _run_parallel(base, todo, prepared, root, index, opts, progress, on_point, skipped, len(points), where)
+        else:
+            _run_sequential(todo, prepared, root, index, opts, progress, on_point, skipped, len(points))
+    finally:                # an interrupted sweep's finished points are judged too
+        for pid in judge_host_speed(index.data["points"]):
+            progress.note(f"WARNING point {pid}: unfaithful "
+                          f"({index.data['points'][pid]['fidelity']['host_speed_reason']})")
+        index.save()
     return index.data
 
 
