@@ -404,11 +404,13 @@ vt-tables: setup
 BUDGET := --axis nodes.cpu=1.0 --dilation auto --no-analyze
 # QSM Figure 9 alone: FIG9_NODES (a run of n members at one core each lasts about n / 1.5 x 18 s: N = auto), 3
 # repetitions, one at a time, the load logged; 2-32 members take about 50 minutes, 48 and 71 about 2 hours more.
+# FIG9_DIR names the sweep and its results directory.
 FIG9_NODES ?= 2,4,8,16,32,48,71
+FIG9_DIR ?= qsm-fig9-budget
 repro-qsm-fig9-budget: setup
 	$(LOGGED) $(ORCH) sweep topologies/qsm-fig9-sweep.yaml --axis topology.nodes=$(FIG9_NODES) \
-	  --axis workload.stop=12s --axis duration=18s $(BUDGET) --out $(REPRO_OUT)/qsm-fig9-budget
-	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/qsm-fig9-budget --out docs/results/qsm-fig9-budget \
+	  --axis workload.stop=12s --axis duration=18s $(BUDGET) --out $(REPRO_OUT)/$(FIG9_DIR)
+	$(PY) -m analysis.figures_qsm $(REPRO_OUT)/$(FIG9_DIR) --out docs/results/$(FIG9_DIR) \
 	  --load $(REPRO_OUT)/load.log
 repro-budgets: repro-qsm-fig9-budget
 	$(ORCH) sweep $(GSGC_SIM1) --only protocol.gsgc.subgroup=3 --axis protocol.gsgc.step=2s,4s,6s,9s,12s \

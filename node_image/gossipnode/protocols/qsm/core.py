@@ -234,8 +234,15 @@ class QsmNode(Core):
 
     def tick(self, now: float) -> Output:
         out = Output()
-        if now >= self.due:
+        sent = 0
+        while now >= self.due and sent < self.p.send_credits:      # the credits the elapsed time gave back
             self._send(now, out)
+            sent += 1
+        if now >= self.due:            # later than the pool covers: the rest is skipped
+            missed = int((now - self.due) * self.mu) + 1
+            out.log(now, "steps_skipped", timer="workload", missed=missed)
+            nxt = now + 1.0 / self.mu
+            self.due = nxt if nxt < self.stop else math.inf
         interval = self.p.token_interval_s
         for v in list(self.views.values()):
             if now >= self._expiry(v):
@@ -274,10 +281,6 @@ class QsmNode(Core):
         out.log(now, "data_sent", seq=self.seq, size=self.size, group_name=group,
                 regions=[r.name for r in regions], rate=round(self.mu, 3))
         nxt = self.due + 1.0 / self.mu
-        if nxt <= now:
-            missed = int((now - nxt) * self.mu) + 1
-            out.log(now, "steps_skipped", timer="workload", missed=missed)
-            nxt = now + 1.0 / self.mu
         self.due = nxt if nxt < self.stop else math.inf
 
     def _transmit(self, region: Region, msg: Data, out: Output) -> None:

@@ -43,6 +43,12 @@ class QsmParams(Strict):
     growth: float = Field(default=0.05, ge=0, description="λ, the growth coefficient of (2)")
     rate_min: float = Field(default=1.0, gt=0, description="μ_min, packets/s, the floor of (2)")
     rate_max: float | None = Field(default=None, gt=0, description="a cap on μ_snd (packets/s); None: none")
+    send_credits: int = Field(
+        default=32, ge=1, description="C, the sender's credit pool (§2.4: \"Sending a message consumes a credit out "
+                                      "of a fixed pool of size C ... we increase the number of credits by ΔT μ_snd, "
+                                      "where ΔT is the actual amount of time that has elapsed\"): a workload timer "
+                                      "that fires late sends every send due since, up to C at once, and skips the "
+                                      "rest. The paper gives no C; 32 covers a timer 3 ms late at 10 000/s")
     rate_samples: int = Field(default=10, ge=1, description="k: the receivers' moving average window")
     rate_interval_s: float = Field(default=1.0, gt=0, description="Δ: the receivers' rate sampling interval")
     joiners: list[int | str] = Field(
