@@ -119,12 +119,14 @@ def judge(entry: dict, run_dir: Path, opts: SweepOptions) -> None:
 
 
 def judge_host_speed(points: dict) -> list[str]:
-    """The sweep's host-speed judge (pure, over sweep.json's entries; idempotent): a finished point whose run's
-    memory speed (its `fidelity.host_speed_memory`, orchestrator.hostspeed) is below MIN_SPEED_SHARE of the best
-    repetition of the same coordinates did its work on a slower machine: `fidelity.host_speed_reason` says so and
-    the point is `unfaithful` (`--rerun-unfaithful` runs it again). Only repetitions are compared: the lab's own
-    processes take cache from the sampler too, so points with more work measure lower. Returns the points it newly
-    flagged."""
+    """The sweep's host-speed judge (pure, over sweep.json's entries; idempotent): a finished point whose run had
+    a member at its CPU budget (`fidelity.budget_bound` > 0: CPU time decided the result) and whose memory speed
+    (`fidelity.host_speed_memory`, orchestrator.hostspeed) is below MIN_SPEED_SHARE of the best repetition of the
+    same coordinates did its work on a slower machine: `fidelity.host_speed_reason` says so and the point is
+    `unfaithful` (`--rerun-unfaithful` runs it again). Only repetitions are compared: the lab's own processes take
+    cache from the sampler too, so points with more work measure lower. A run no budget bound is not flagged: its
+    result did not wait on the CPU (QSM's Figure 9 at one core per member gave the same 5 000 messages/s at memory
+    speeds of 89 and 304). Returns the points it newly flagged."""
     done = {pid: e for pid, e in points.items() if e.get("status") == FINISHED and e.get("fidelity")}
     best: dict[str, float] = {}
     for e in done.values():
@@ -134,7 +136,7 @@ def judge_host_speed(points: dict) -> list[str]:
     flagged = []
     for pid, e in done.items():
         f, key = e["fidelity"], json.dumps(e.get("coords") or {}, sort_keys=True)
-        reason = hostspeed.slower_than(f.get("host_speed_memory"), best.get(key))
+        reason = hostspeed.slower_than(f.get("host_speed_memory"), best.get(key)) if f.get("budget_bound") else None
         f["host_speed_best"], f["host_speed_reason"] = best.get(key), reason
         unfaithful = f.get("verdict") == "unfaithful" or reason is not None
         if unfaithful and not e.get("unfaithful"):

@@ -97,9 +97,17 @@ def test_the_judges_carry_the_runs_host_speed(tmp_path):
     assert fid.run_judges(d)["host_speed_memory"] is None
 
 
-def _entry(memory, verdict="faithful", status="completed", coords=None):
+def _entry(memory, verdict="faithful", status="completed", coords=None, budget_bound=1):
     return {"status": status, "unfaithful": verdict == "unfaithful", "coords": coords or {"k": 1},
-            "fidelity": {"verdict": verdict, "reasons": [], "host_speed_memory": memory}}
+            "fidelity": {"verdict": verdict, "reasons": [], "host_speed_memory": memory,
+                         "budget_bound": budget_bound}}
+
+
+def test_a_run_no_budget_bound_is_not_flagged_however_slow_its_host():
+    """Its result did not wait on the CPU (nor do runs without budgets: budget_bound None)."""
+    points = {"a": _entry(300), "b": _entry(90, budget_bound=0), "c": _entry(90, budget_bound=None)}
+    assert judge_host_speed(points) == []
+    assert points["b"]["fidelity"]["host_speed_best"] == 300 and points["b"]["fidelity"]["host_speed_reason"] is None
 
 
 def test_the_sweep_flags_the_repetitions_whose_host_was_slower_than_the_best_one():
