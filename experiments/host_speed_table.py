@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,14 @@ def render(rows: list[dict[str, Any]], order: list[str], out: Path) -> str:
     agg = aggregate(kept, ("condition",), VALUES)
     agg.sort(key=lambda r: order.index(r["condition"]))
     cols = [Col("condition"), Col("runs"), Col("excluded")] + [Col(v, LABELS.get(v), ci=True) for v in VALUES]
-    (out / "table.md").write_text(md_table(agg, cols))
+    text = md_table(agg, cols)
+    pairs = [(r["host_speed_memory"], r["host_speed_compute"], r["sender_us_per_msg"]) for r in kept
+             if None not in (r["host_speed_memory"], r["host_speed_compute"], r["sender_us_per_msg"])]
+    if len(pairs) >= 3:     # how far the sampled speed follows what a CPU-second bought, over every kept run
+        mem, comp, cost = zip(*pairs)
+        text += (f"\nPearson r over the {len(pairs)} runs, sender µs/msg against host speed: memory "
+                 f"{statistics.correlation(mem, cost):.2f}, compute {statistics.correlation(comp, cost):.2f}\n")
+    (out / "table.md").write_text(text)
     figure(rows, order, out / "cpu_per_message.png")
     return (out / "table.md").read_text()
 
