@@ -128,14 +128,15 @@ def judge_host_speed(points: dict) -> list[str]:
     result did not wait on the CPU (QSM's Figure 9 at one core per member gave the same 5 000 messages/s at memory
     speeds of 89 and 304). Returns the points it newly flagged."""
     done = {pid: e for pid, e in points.items() if e.get("status") == FINISHED and e.get("fidelity")}
+    point_of = {pid: json.dumps(e.get("coords") or {}, sort_keys=True) for pid, e in done.items()}
     best: dict[str, float] = {}
-    for e in done.values():
-        v, key = e["fidelity"].get("host_speed_memory"), json.dumps(e.get("coords") or {}, sort_keys=True)
+    for pid, e in done.items():
+        v, key = e["fidelity"].get("host_speed_memory"), point_of[pid]
         if isinstance(v, (int, float)):
             best[key] = max(best.get(key, v), v)
     flagged = []
     for pid, e in done.items():
-        f, key = e["fidelity"], json.dumps(e.get("coords") or {}, sort_keys=True)
+        f, key = e["fidelity"], point_of[pid]
         reason = hostspeed.slower_than(f.get("host_speed_memory"), best.get(key)) if f.get("budget_bound") else None
         f["host_speed_best"], f["host_speed_reason"] = best.get(key), reason
         unfaithful = f.get("verdict") == "unfaithful" or reason is not None

@@ -241,8 +241,7 @@ class QsmNode(Core):
         if now >= self.due:            # later than the pool covers: the rest is skipped
             missed = int((now - self.due) * self.mu) + 1
             out.log(now, "steps_skipped", timer="workload", missed=missed)
-            nxt = now + 1.0 / self.mu
-            self.due = nxt if nxt < self.stop else math.inf
+            self._next_send(now)
         interval = self.p.token_interval_s
         for v in list(self.views.values()):
             if now >= self._expiry(v):
@@ -280,7 +279,11 @@ class QsmNode(Core):
         self.counters["sent_data"] += 1
         out.log(now, "data_sent", seq=self.seq, size=self.size, group_name=group,
                 regions=[r.name for r in regions], rate=round(self.mu, 3))
-        nxt = self.due + 1.0 / self.mu
+        self._next_send(self.due)
+
+    def _next_send(self, after: float) -> None:
+        """The next send one interval after `after` (none past the workload's stop)."""
+        nxt = after + 1.0 / self.mu
         self.due = nxt if nxt < self.stop else math.inf
 
     def _transmit(self, region: Region, msg: Data, out: Output) -> None:
